@@ -1,0 +1,70 @@
+# minidl: every command a user or CI needs. `make demo` and `make test` work on a clean clone.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+NP     ?= 2
+
+# One BLAS/OpenMP thread per process: MPI ranks share the cores, and timings compare like with like.
+export OMP_NUM_THREADS=1
+export OPENBLAS_NUM_THREADS=1
+export MKL_NUM_THREADS=1
+export VECLIB_MAXIMUM_THREADS=1
+export NUMEXPR_NUM_THREADS=1
+export MPLBACKEND=Agg
+export PYTHONDONTWRITEBYTECODE=1
+
+MPIEXEC := $(BIN)/mpiexec
+# A hung MPI job must not hang CI: each mpiexec run has a wall-clock limit.
+MPI_TIMEOUT ?= 900
+
+.PHONY: install test test-serial test-mpi tutorials demo bench lint torch clean
+
+$(STAMP): setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test,mpich,plot]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# PyTorch CPU, used only as a parity oracle by tests and benchmarks (the library never imports it).
+torch: install
+	$(BIN)/python -m pip install -q torch==2.13.0
+
+test: install test-serial test-mpi tutorials
+
+test-serial: install
+	$(BIN)/python -m pytest -q tests --ignore=tests/mpi
+
+test-mpi: install
+	@for n in 2 3 4 5; do \
+	  echo "== tests/mpi under mpiexec -n $$n"; \
+	  timeout $(MPI_TIMEOUT) $(MPIEXEC) -n $$n $(BIN)/python -m pytest -q -p no:cacheprovider tests/mpi || exit 1; \
+	done
+
+# Every tutorial in quick mode. A tutorial that needs ranks says so on a line `# run: mpiexec -n P ...`.
+tutorials: install
+	@set -e; for f in tutorials/[0-9][0-9]_*.py; do \
+	  n=$$(sed -n 's/^# run: mpiexec -n \([0-9]*\).*/\1/p' $$f | head -n 1); \
+	  if [ -n "$$n" ]; then \
+	    echo "== $$f (mpiexec -n $$n, quick)"; \
+	    MINIDL_QUICK=1 timeout $(MPI_TIMEOUT) $(MPIEXEC) -n $$n $(BIN)/python $$f --quick; \
+	  else \
+	    echo "== $$f (quick)"; \
+	    MINIDL_QUICK=1 $(BIN)/python $$f --quick; \
+	  fi; \
+	done
+
+# The main job: data-parallel LSTM language-model training under mpiexec on the generated corpus.
+demo: install
+	$(MPIEXEC) -n $(NP) $(BIN)/python -m minidl.train lm --parallel data --allreduce ring --preset demo
+
+bench: install
+	@set -e; for f in benchmarks/*.py; do echo "== $$f"; $(BIN)/python $$f; done
+
+lint: install
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis .ruff_cache

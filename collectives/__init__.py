@@ -1,0 +1,1 @@
+"""MPI collectives written on point-to-point calls, one algorithm per file."""

@@ -1,0 +1,24 @@
+"""minidl: a pure-NumPy reference implementation of deep learning on CPU clusters."""
+
+from minidl import ops  # noqa: F401  (installs Tensor operators and methods)
+from minidl.tensor import (
+    Function,
+    Tensor,
+    enable_grad,
+    get_default_dtype,
+    is_grad_enabled,
+    no_grad,
+    ones,
+    randn,
+    set_default_dtype,
+    tensor,
+    unbroadcast,
+    zeros,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Function", "Tensor", "enable_grad", "get_default_dtype", "is_grad_enabled", "no_grad", "ones",
+    "randn", "set_default_dtype", "tensor", "unbroadcast", "zeros",
+]

@@ -1,0 +1,43 @@
+"""Shared test settings.
+
+Hypothesis: no deadlines (this is a shared 2-core machine), and under mpiexec every rank must
+draw the same examples, so the profile is derandomized with no example database.
+"""
+
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "default",
+    deadline=None,
+    max_examples=int(os.environ.get("MINIDL_HYPOTHESIS_EXAMPLES", "40")),
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile(
+    "mpi",
+    deadline=None,
+    derandomize=True,
+    database=None,
+    max_examples=int(os.environ.get("MINIDL_HYPOTHESIS_EXAMPLES", "25")),
+    suppress_health_check=list(HealthCheck),
+    print_blob=False,
+)
+settings.load_profile(os.environ.get("MINIDL_HYPOTHESIS_PROFILE", "default"))
+
+
+@pytest.fixture(autouse=True)
+def _restore_default_dtype():
+    """Tests may switch the default dtype (float64 for gradchecks); put it back afterwards."""
+    import minidl
+
+    before = minidl.get_default_dtype()
+    yield
+    minidl.set_default_dtype(before)
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(0)

@@ -1,0 +1,33 @@
+"""Settings for the tests run under ``mpiexec -n P python -m pytest tests/mpi``.
+
+Every rank runs the same tests in the same order with derandomized hypothesis, so the
+collective calls match up. A failure on one rank would leave the others waiting inside a
+collective, so a failing test aborts the whole job (MPI_Abort) after printing its report:
+the run fails loudly on every rank instead of hanging.
+"""
+
+import sys
+
+import pytest
+from hypothesis import settings
+from mpi4py import MPI
+
+settings.load_profile("mpi")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and call.when in ("setup", "call"):
+        comm = MPI.COMM_WORLD
+        sys.stderr.write(
+            f"\n[rank {comm.Get_rank()} of {comm.Get_size()}] FAILED {item.nodeid}\n{report.longreprtext}\n"
+        )
+        sys.stderr.flush()
+        comm.Abort(1)
+
+
+@pytest.fixture
+def comm():
+    return MPI.COMM_WORLD
