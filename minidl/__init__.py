@@ -1,6 +1,7 @@
 """minidl: a pure-NumPy reference implementation of deep learning on CPU clusters."""
 
 from minidl import ops  # noqa: F401  (installs Tensor operators and methods)
+from minidl.gradcheck import GradcheckError, gradcheck, numerical_grad
 from minidl.tensor import (
     Function,
     Tensor,
@@ -19,6 +20,6 @@ from minidl.tensor import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "Function", "Tensor", "enable_grad", "get_default_dtype", "is_grad_enabled", "no_grad", "ones",
-    "randn", "set_default_dtype", "tensor", "unbroadcast", "zeros",
+    "Function", "GradcheckError", "Tensor", "enable_grad", "get_default_dtype", "gradcheck", "is_grad_enabled",
+    "no_grad", "numerical_grad", "ones", "randn", "set_default_dtype", "tensor", "unbroadcast", "zeros",
 ]
