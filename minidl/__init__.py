@@ -2,6 +2,7 @@
 
 from minidl import ops  # noqa: F401  (installs Tensor operators and methods)
 from minidl.gradcheck import GradcheckError, gradcheck, numerical_grad
+from minidl.serialization import CheckpointError, load, save
 from minidl.tensor import (
     Function,
     Tensor,
@@ -22,4 +23,5 @@ __version__ = "0.1.0"
 __all__ = [
     "Function", "GradcheckError", "Tensor", "enable_grad", "get_default_dtype", "gradcheck", "is_grad_enabled",
     "no_grad", "numerical_grad", "ones", "randn", "set_default_dtype", "tensor", "unbroadcast", "zeros",
+    "CheckpointError", "load", "save",
 ]

@@ -1,0 +1,190 @@
+"""Checkpoints without pickle: ``save(obj, path)`` / ``load(path)`` through one NumPy .npz archive.
+
+``obj`` is a tree of dicts (str or int keys), lists and tuples whose leaves are ndarrays, Tensors
+(saved as their ``.data``), Python bool/int/float/str, NumPy scalars and None. Each non-None leaf
+becomes one array in the archive, named by its path with ``/`` between the levels::
+
+    {"model": {"fc.weight": W}, "optimizer": {"state": {0: {"step": 3}}}, "epoch": 7}
+    -> entries "model/fc.weight", "optimizer/state/0/step", "epoch"
+
+so ``np.load(path)`` shows a readable table. ``/`` is the separator because no parameter name
+(Python identifiers joined by dots) contains one; a dict key that contains ``/`` is refused.
+One more entry, ``__minidl_manifest__`` (UTF-8 JSON as uint8 bytes), records the tree: container
+kinds, key types (int keys come back as int) and leaf types (a float comes back a Python float,
+a str a str, a tuple a tuple). Everything is written and read with ``allow_pickle=False``; object
+arrays are refused both ways. A .npz without a manifest (e.g. from ``np.savez``) loads as a flat
+dict name -> ndarray.
+
+The write is atomic: the archive goes to a temporary file in the same directory, which then
+replaces ``path`` (``os.replace``), so a crash never leaves a half-written checkpoint. The file is
+written at exactly ``path`` (no ``.npz`` is appended).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import zipfile
+from typing import Any
+
+import numpy as np
+
+from minidl.tensor import Tensor
+
+SEPARATOR = "/"
+MANIFEST = "__minidl_manifest__"
+FORMAT = "minidl.checkpoint"
+VERSION = 1
+
+
+class CheckpointError(ValueError):
+    """A file that is not a readable minidl checkpoint (corrupt, truncated, pickled data, bad manifest)."""
+
+
+# ----------------------------------------------------------------------------- save
+def save(obj: Any, path: str | os.PathLike[str], compress: bool = False) -> None:
+    """Write ``obj`` (see the module doc) to ``path`` as an .npz archive, atomically.
+
+    ``compress=True`` deflates the arrays (smaller, slower). Raises TypeError naming the path of
+    an unsupported leaf (e.g. an object array or an arbitrary class) and ValueError for a key
+    containing ``/`` or two keys that would collide (``0`` and ``"0"`` in one dict).
+    """
+    arrays: dict[str, np.ndarray] = {}
+    tree = _flatten(obj, [], arrays)
+    manifest = json.dumps({"format": FORMAT, "version": VERSION, "tree": tree})
+    arrays[MANIFEST] = np.frombuffer(manifest.encode("utf-8"), dtype=np.uint8)
+
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            (np.savez_compressed if compress else np.savez)(f, allow_pickle=False, **arrays)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def _flatten(obj: Any, path: list[str], arrays: dict[str, np.ndarray]) -> dict[str, Any]:
+    """Collect the leaves of ``obj`` into ``arrays`` (entry name -> ndarray); return its manifest node."""
+    where = SEPARATOR.join(path) or "<root>"
+    if isinstance(obj, dict):
+        items, names = [], set()
+        for key, value in obj.items():
+            if isinstance(key, bool) or not isinstance(key, (str, int)):
+                raise TypeError(f"save: dict keys must be str or int, got {type(key).__name__} {key!r} at {where}")
+            name = str(key)
+            if SEPARATOR in name:
+                raise ValueError(f"save: key {name!r} at {where} contains the separator {SEPARATOR!r}")
+            if name in names:
+                raise ValueError(f"save: keys at {where} collide when written as text: {name!r}")
+            names.add(name)
+            kind = "int" if isinstance(key, int) else "str"
+            items.append([name, kind, _flatten(value, path + [name], arrays)])
+        return {"type": "dict", "items": items}
+    if isinstance(obj, (list, tuple)):
+        kind = "tuple" if isinstance(obj, tuple) else "list"
+        return {"type": kind, "items": [_flatten(v, path + [str(i)], arrays) for i, v in enumerate(obj)]}
+    if obj is None:
+        return {"type": "none"}
+
+    entry = SEPARATOR.join(path) or "root"
+    if entry == MANIFEST:
+        raise ValueError(f"save: the name {MANIFEST!r} is reserved")
+    if isinstance(obj, Tensor):
+        obj = obj.data
+    if isinstance(obj, bool):  # before int: bool is a subclass of int
+        kind, arr = "bool", np.array(obj)
+    elif isinstance(obj, int):
+        if not -(2**63) <= obj < 2**63:
+            raise ValueError(f"save: integer at {where} does not fit in int64: {obj}")
+        kind, arr = "int", np.array(obj, dtype=np.int64)
+    elif isinstance(obj, float):
+        kind, arr = "float", np.array(obj, dtype=np.float64)
+    elif isinstance(obj, str):
+        kind, arr = "str", np.array(obj, dtype=np.str_)
+    elif isinstance(obj, np.generic):
+        kind, arr = "numpy_scalar", np.array(obj)
+    elif isinstance(obj, np.ndarray):
+        kind, arr = "ndarray", obj
+    else:
+        raise TypeError(
+            f"save: unsupported type {type(obj).__name__} at {where}; use ndarrays, numbers, str, bool, None, "
+            "and dicts/lists/tuples of them"
+        )
+    if arr.dtype.hasobject:
+        raise TypeError(f"save: object arrays cannot be saved without pickle (at {where})")
+    arrays[entry] = arr
+    return {"type": kind, "entry": entry}
+
+
+# ----------------------------------------------------------------------------- load
+def load(path: str | os.PathLike[str]) -> Any:
+    """Read a checkpoint written by ``save``; return the same tree (arrays as ndarrays, numbers as numbers).
+
+    Raises FileNotFoundError for a missing file and CheckpointError (a ValueError) for a file that
+    is not an .npz archive, is truncated or corrupt, holds pickled/object data, or has a bad manifest.
+    """
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"load: no checkpoint at {path!r}")
+    try:
+        archive = np.load(path, allow_pickle=False)
+        if not isinstance(archive, np.lib.npyio.NpzFile):
+            raise CheckpointError(f"load: {path!r} is a single .npy array, not an .npz checkpoint")
+        with archive:
+            names = list(archive.files)
+            if MANIFEST not in names:
+                return {name: archive[name] for name in names}
+            manifest = _read_manifest(archive[MANIFEST], path)
+            arrays = {name: archive[name] for name in names if name != MANIFEST}
+    except CheckpointError:
+        raise
+    except (zipfile.BadZipFile, EOFError, OSError, KeyError) as e:
+        raise CheckpointError(f"load: {path!r} is truncated or corrupt ({type(e).__name__}: {e})") from None
+    except ValueError as e:  # numpy's refusal of pickled data, or a malformed array header
+        raise CheckpointError(f"load: cannot read {path!r} without pickle ({e})") from None
+    return _unflatten(manifest["tree"], arrays, path)
+
+
+def _read_manifest(raw: np.ndarray, path: str) -> dict[str, Any]:
+    try:
+        manifest = json.loads(raw.tobytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"load: {path!r} has an unreadable manifest ({e})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or "tree" not in manifest:
+        raise CheckpointError(f"load: {path!r} has a manifest that is not a {FORMAT} manifest")
+    if manifest.get("version", 0) > VERSION:
+        raise CheckpointError(f"load: {path!r} is format version {manifest['version']}; this minidl reads <= {VERSION}")
+    return manifest
+
+
+_SCALARS = {"bool": bool, "int": int, "float": float, "str": str}
+
+
+def _unflatten(node: Any, arrays: dict[str, np.ndarray], path: str) -> Any:
+    """Rebuild the object a manifest node describes, taking leaves from ``arrays``."""
+    kind = node.get("type") if isinstance(node, dict) else None
+    if kind == "dict":
+        return {(int(k) if key_type == "int" else k): _unflatten(v, arrays, path) for k, key_type, v in node["items"]}
+    if kind in ("list", "tuple"):
+        items = [_unflatten(v, arrays, path) for v in node["items"]]
+        return tuple(items) if kind == "tuple" else items
+    if kind == "none":
+        return None
+    if kind not in _SCALARS and kind not in ("ndarray", "numpy_scalar"):
+        raise CheckpointError(f"load: {path!r} has a manifest entry of unknown type {kind!r}")
+    entry = node.get("entry")
+    if entry not in arrays:
+        raise CheckpointError(f"load: {path!r} lacks the array {entry!r} its manifest lists")
+    arr = arrays[entry]
+    if kind == "ndarray":
+        return arr
+    if arr.ndim != 0:
+        raise CheckpointError(f"load: {path!r}: entry {entry!r} should be a scalar, has shape {arr.shape}")
+    return arr[()] if kind == "numpy_scalar" else _SCALARS[kind](arr.item())
