@@ -10,6 +10,13 @@ is the chain of Functions reachable through ``_ctx.parents``.
 iterative depth-first search (no Python recursion, so a chain of 100,000 ops is fine),
 and calls each Function's ``backward`` exactly once, after the gradients of all of its
 outputs have been summed.
+
+dtypes: new tensors from Python floats/lists take the default dtype (float32; see
+``set_default_dtype``); an ndarray keeps its dtype. An op on mixed float dtypes follows NumPy's
+promotion (float32 with float64 gives float64), and the gradient flowing back to each input is cast
+to that input's dtype, so a float32 parameter always gets a float32 ``.grad``. Python scalars in
+arithmetic take the tensor's dtype (``x32 * 2.0`` stays float32). Integer and boolean tensors never
+require grad: ops that output them (argmax, comparisons, casts to int) cut the graph.
 """
 
 from __future__ import annotations
@@ -347,6 +354,8 @@ def _run_backward(root: Tensor, grad: np.ndarray, retain_graph: bool) -> None:
         for p, g, needed in zip(fn.parents, in_grads, fn.needs_input_grad):
             if not needed or g is None:
                 continue
+            if g.dtype != p.dtype:
+                g = g.astype(p.dtype)  # mixed-dtype op: each input's gradient has the input's dtype
             if g.shape != p.shape:
                 raise RuntimeError(
                     f"{fn!r}.backward gave a gradient of shape {g.shape} for an input of shape {p.shape}"

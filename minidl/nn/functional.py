@@ -1,3 +1,25 @@
 """Functional forms of layers and losses (``import minidl.nn.functional as F``)."""
 
 from __future__ import annotations
+
+from typing import Any
+
+from minidl.ops import log_softmax, logsumexp, softmax  # noqa: F401  (re-exported as F.softmax, ...)
+from minidl.ops.loss import BinaryCrossEntropyWithLogits, CrossEntropy
+from minidl.tensor import Tensor
+
+
+# ---- softmax family and losses (fused: one Function each; formulas in minidl/ops/loss.py)
+def cross_entropy(logits: Any, target: Any, reduction: str = "mean", ignore_index: int = -100) -> Tensor:
+    """Softmax cross-entropy: logits [N, C] (float), target [N] class indices (int).
+
+    loss_i = logsumexp(logits_i) - logits_i[target_i]; ``reduction`` "mean" (over rows whose target is not
+    ``ignore_index``), "sum" or "none" ([N], 0 on ignored rows). Same as torch.nn.functional.cross_entropy.
+    """
+    return CrossEntropy.apply(logits, target, reduction=reduction, ignore_index=ignore_index)
+
+
+def binary_cross_entropy_with_logits(logits: Any, target: Any, reduction: str = "mean") -> Tensor:
+    """-[y log sigmoid(x) + (1 - y) log(1 - sigmoid(x))], computed stably from the logits x; target y of x's shape."""
+    return BinaryCrossEntropyWithLogits.apply(logits, target, reduction=reduction)
+

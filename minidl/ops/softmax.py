@@ -1,0 +1,87 @@
+"""softmax, log_softmax and logsumexp: the max-shift trick keeps them finite at inputs of +-1e4.
+
+    logsumexp(a) = m + log(sum(exp(a - m))),  m = max(a)      (every exp argument <= 0, one of them = 0)
+    log_softmax(a) = a - logsumexp(a)
+    softmax(a) = exp(a - m) / sum(exp(a - m))
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from minidl.ops.reduce import expand_reduced, normalize_axis
+from minidl.tensor import Function
+
+
+def shifted_exp(a: np.ndarray, axis) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """exp(a - m) and its sum along ``axis`` (both keepdims), and m = max(a) with non-finite maxima set to 0
+    (a row of all -inf then gives logsumexp = -inf instead of NaN)."""
+    m = np.max(a, axis=axis, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0)
+    e = np.subtract(a, m)
+    np.exp(e, out=e)
+    return e, e.sum(axis=axis, keepdims=True), m
+
+
+def logsumexp_array(a: np.ndarray, axis=-1, keepdims: bool = False) -> np.ndarray:
+    """log(sum(exp(a), axis)) in NumPy, stable. No gradient; see LogSumExp for the op."""
+    axes = normalize_axis(axis, a.ndim)
+    _, s, m = shifted_exp(a, axes)
+    out = m + np.log(s)
+    return out if keepdims else out.squeeze(axis=axes)
+
+
+def _check_nonempty(op: str, a: np.ndarray, axes: tuple[int, ...]) -> None:
+    if any(a.shape[ax] == 0 for ax in axes):
+        raise ValueError(f"{op}: axis {axes} of a tensor of shape {a.shape} is empty")
+
+
+class LogSumExp(Function):
+    """d logsumexp / da = softmax(a) along the reduced axes."""
+
+    def forward(self, a, axis=None, keepdims=False):
+        self.axes, self.keepdims = normalize_axis(axis, a.ndim), keepdims
+        _check_nonempty("logsumexp", a, self.axes)
+        e, s, m = shifted_exp(a, self.axes)
+        e /= s  # softmax, kept for backward
+        self.save_for_backward(e)
+        out = m + np.log(s)
+        return out if keepdims else out.squeeze(axis=self.axes)
+
+    def backward(self, g):
+        (p,) = self.saved_tensors
+        return p * expand_reduced(g, p.shape, self.axes, self.keepdims)
+
+
+class Softmax(Function):
+    """p = softmax(a);  da = p * (g - sum(g * p))  (the Jacobian diag(p) - p p^T applied to g)."""
+
+    def forward(self, a, axis=-1):
+        self.axis = normalize_axis(axis, a.ndim)
+        _check_nonempty("softmax", a, self.axis)
+        e, s, _ = shifted_exp(a, self.axis)
+        e /= s
+        self.save_for_backward(e)
+        return e
+
+    def backward(self, g):
+        (p,) = self.saved_tensors
+        gp = g * p
+        gp -= p * gp.sum(axis=self.axis, keepdims=True)
+        return gp
+
+
+class LogSoftmax(Function):
+    """y = a - logsumexp(a);  da = g - softmax(a) * sum(g)."""
+
+    def forward(self, a, axis=-1):
+        self.axis = normalize_axis(axis, a.ndim)
+        _check_nonempty("log_softmax", a, self.axis)
+        e, s, m = shifted_exp(a, self.axis)
+        out = a - (m + np.log(s))
+        self.save_for_backward(out)
+        return out
+
+    def backward(self, g):
+        (out,) = self.saved_tensors
+        return g - np.exp(out) * g.sum(axis=self.axis, keepdims=True)
