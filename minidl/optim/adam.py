@@ -68,7 +68,7 @@ class Adam(Optimizer):
                 else:
                     g = g + weight_decay * p.data
             m, v = state["exp_avg"], state["exp_avg_sq"]
-            tmp = np.multiply(g, g)  # the one scratch array of this update
+            tmp = np.square(g, out=np.empty_like(p.data))  # the one scratch array of this update
             m *= beta1
             m += (1.0 - beta1) * g
             v *= beta2

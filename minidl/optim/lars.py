@@ -64,7 +64,7 @@ class LARS(Optimizer):
                     local_lr = trust * w_norm / (g_norm + weight_decay * w_norm + eps)
             if weight_decay != 0:
                 g = g + weight_decay * w
-            scaled = np.multiply(g, lr * local_lr)
+            scaled = np.multiply(g, lr * local_lr, out=np.empty_like(w))
             state = self.state.setdefault(p, {})
             v = state.get("momentum_buffer")
             if v is None:
