@@ -1,0 +1,83 @@
+"""Embedding: a lookup table, out[...] = W[indices[...]], with a sparse-aware gradient.
+
+Only the looked-up rows of dW are non-zero, so the backward scatters the output gradient
+into those rows (``np.add.at`` sums repeated indices) instead of forming a one-hot matmul.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from minidl.nn import init
+from minidl.nn.module import Module, Parameter
+from minidl.tensor import Function, Tensor, get_default_dtype
+
+
+def check_indices(indices: np.ndarray, num_embeddings: int) -> np.ndarray:
+    """Integer indices in [0, num_embeddings), or a TypeError/IndexError naming the problem."""
+    indices = np.asarray(indices)
+    if indices.dtype.kind not in "iu":
+        raise TypeError(f"embedding: indices must be integers, got dtype {indices.dtype}")
+    if indices.size and (indices.min() < 0 or indices.max() >= num_embeddings):
+        raise IndexError(f"embedding: indices must lie in [0, {num_embeddings}), got values in "
+                         f"[{indices.min()}, {indices.max()}]")
+    return indices
+
+
+class EmbeddingFunction(Function):
+    """out = W[indices];  dW[r] = sum of dout at the positions where indices == r (r != padding_idx)."""
+
+    def forward(self, weight, *, indices, padding_idx=None):
+        if weight.ndim != 2:
+            raise ValueError(f"embedding: weight must be 2-D [num_embeddings, dim], got shape {weight.shape}")
+        self.indices = check_indices(indices, weight.shape[0])
+        self.weight_shape, self.padding_idx = weight.shape, padding_idx
+        return weight[self.indices]
+
+    def backward(self, g):
+        idx = self.indices.reshape(-1)
+        g = g.reshape(-1, g.shape[-1])
+        if self.padding_idx is not None:
+            keep = idx != self.padding_idx
+            idx, g = idx[keep], g[keep]
+        dw = np.zeros(self.weight_shape, dtype=g.dtype)
+        np.add.at(dw, idx, g)  # unbuffered: repeated indices accumulate
+        return dw
+
+
+def embedding(indices, weight: Tensor, padding_idx: int | None = None) -> Tensor:
+    """indices (int array or Tensor, any shape), weight [num, dim] -> [*indices.shape, dim]."""
+    if isinstance(indices, Tensor):
+        indices = indices.data
+    return EmbeddingFunction.apply(weight, indices=indices, padding_idx=padding_idx)
+
+
+class Embedding(Module):
+    """Embedding(num_embeddings, embedding_dim, padding_idx=None); weight ~ N(0, 1) as PyTorch.
+
+    With ``padding_idx``, that row starts at zero and never receives a gradient.
+    """
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None, dtype=None):
+        super().__init__()
+        if num_embeddings < 1 or embedding_dim < 1:
+            raise ValueError(f"Embedding: sizes must be >= 1, got {num_embeddings}, {embedding_dim}")
+        if padding_idx is not None:
+            if not -num_embeddings <= padding_idx < num_embeddings:
+                raise ValueError(f"Embedding: padding_idx {padding_idx} out of range for {num_embeddings} rows")
+            padding_idx %= num_embeddings
+        self.num_embeddings, self.embedding_dim, self.padding_idx = num_embeddings, embedding_dim, padding_idx
+        self.weight = Parameter(np.empty((num_embeddings, embedding_dim), dtype=dtype or get_default_dtype()))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        init.normal_(self.weight)
+        if self.padding_idx is not None:
+            self.weight.data[self.padding_idx] = 0
+
+    def forward(self, indices) -> Tensor:
+        return embedding(indices, self.weight, self.padding_idx)
+
+    def extra_repr(self) -> str:
+        pad = f", padding_idx={self.padding_idx}" if self.padding_idx is not None else ""
+        return f"{self.num_embeddings}, {self.embedding_dim}{pad}"
