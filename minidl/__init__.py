@@ -18,6 +18,7 @@ from minidl.ops import (
     stack,
     where,
 )
+from minidl.random import default_generator, manual_seed
 from minidl.serialization import CheckpointError, load, save
 from minidl.tensor import (
     Function,
@@ -39,7 +40,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Function", "GradcheckError", "Tensor", "enable_grad", "get_default_dtype", "gradcheck", "is_grad_enabled",
     "no_grad", "numerical_grad", "ones", "randn", "set_default_dtype", "tensor", "unbroadcast", "zeros",
-    "CheckpointError", "load", "save",
+    "CheckpointError", "load", "save", "default_generator", "manual_seed",
     "abs", "broadcast_to", "cat", "clip", "concatenate", "log_softmax", "logsumexp", "maximum", "minimum", "pad",
     "softmax", "split", "stack", "where",
 ]

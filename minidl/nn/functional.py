@@ -23,3 +23,14 @@ def binary_cross_entropy_with_logits(logits: Any, target: Any, reduction: str = 
     """-[y log sigmoid(x) + (1 - y) log(1 - sigmoid(x))], computed stably from the logits x; target y of x's shape."""
     return BinaryCrossEntropyWithLogits.apply(logits, target, reduction=reduction)
 
+
+
+# ---- layers (each defined beside its module in minidl/nn/)
+from minidl.nn.activation import relu  # noqa: E402, F401
+from minidl.nn.container import flatten  # noqa: E402, F401
+from minidl.nn.conv import conv2d  # noqa: E402, F401
+from minidl.nn.dropout import dropout  # noqa: E402, F401
+from minidl.nn.embedding import embedding  # noqa: E402, F401
+from minidl.nn.linear import linear  # noqa: E402, F401
+from minidl.nn.norm import batch_norm  # noqa: E402, F401
+from minidl.nn.pooling import adaptive_avg_pool2d, avg_pool2d, global_avg_pool2d, max_pool2d  # noqa: E402, F401
