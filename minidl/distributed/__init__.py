@@ -1,0 +1,98 @@
+"""Data-parallel training across MPI ranks, Horovod-style: ``import minidl.distributed as dist``.
+
+Every rank holds the whole model, trains on its own share of each batch, and averages gradients
+with an allreduce before every update, so the replicas stay identical and P ranks with batch b
+take the same steps as one process with batch P*b.
+
+A complete program (run it with ``mpiexec -n 4 python train.py``)::
+
+    import minidl.distributed as dist
+    from minidl import nn, optim
+    import minidl.nn.functional as F
+
+    def main():
+        dist.init()                                  # MPI.COMM_WORLD (or dist.init(comm))
+        model = make_model()
+        model = dist.convert_sync_batchnorm(model)   # optional: batch statistics over all ranks
+        dist.broadcast_parameters(model, root=0)     # every replica starts from rank 0's weights
+        opt = dist.DistributedOptimizer(optim.SGD(model.parameters(), lr=0.1 * dist.size()),
+                                        allreduce="ring")   # linear scaling rule (Goyal et al. 2017)
+        sampler = dist.DistributedSampler(len(data), batch_size=32)   # 32 per rank
+        for epoch in range(epochs):
+            sampler.set_epoch(epoch)
+            for idx in sampler:
+                opt.zero_grad()
+                F.cross_entropy(model(x[idx]), y[idx]).backward()
+                opt.step()
+            if dist.rank() == 0:
+                print(opt.timings.summary())           # compute / wait / communication per step
+            dist.save_checkpoint("ckpt.npz", model, opt, state={"epoch": epoch + 1})
+
+    dist.run(main)    # an exception on any rank prints with its rank and aborts the job (no hang)
+
+API
+---
+Communicator (per thread, so ``collectives.simulate`` ranks, which are threads, each have their own):
+    ``init(comm=None)``, ``rank()``, ``size()``, ``barrier()``, ``get_comm()``, ``is_initialized()``,
+    ``shutdown()``. Every function below also takes ``comm=`` to override it.
+Start identical:
+    ``broadcast_parameters(module_or_state, root=0)``: parameters and buffers;
+    ``broadcast_optimizer_state(optimizer, root=0)``; ``broadcast_state(tree, root=0)`` for any
+    nested dict of arrays and numbers (sent as bytes: JSON header + raw arrays, no pickle).
+Gradient averaging:
+    ``DistributedOptimizer(optimizer, allreduce="ring", op="average", fusion_bytes=64 MiB,
+    compression=None, backward_passes_per_step=1)`` with ``allreduce`` one of "ring", "tree",
+    "naive", "recursive_doubling", "rabenseifner", "auto" (collectives' cost-model choice) or
+    "mpi" (MPI's own Allreduce); ``compression="fp16"`` halves the bytes on the wire. It is an
+    ``Optimizer`` (LR schedulers accept it); ``param_groups``, ``state``, ``state_dict()`` are the
+    wrapped optimizer's. ``step()`` returns True when it updated (every k-th call with
+    ``backward_passes_per_step=k``; ``zero_grad()`` then clears only after updates);
+    ``synchronize()`` averages now (before gradient clipping); ``will_update``; ``timings``
+    (``StepTimings``: ``print(opt.timings)``, ``opt.timings.summary()``); ``buckets`` (fusion plan).
+    ``average_gradients(params, algorithm)``: the same averaging without an optimizer.
+    ``allreduce(comm, x, algorithm, op)``: one allreduce through any of the algorithms above.
+Data:
+    ``DistributedSampler(n, batch_size, seed=0)``: per-rank index batches, one shuffle per epoch
+    (``set_epoch``), global batch i split across ranks, ``state_dict()`` for resuming mid-epoch;
+    ``epoch_permutation``, ``shard_batch``. For a language model use
+    ``minidl.data.batchify(ids, b, rank=dist.rank(), world=dist.size())``: rank r's contiguous streams.
+Batch norm across ranks:
+    ``SyncBatchNorm`` and ``convert_sync_batchnorm(module)``: batch statistics over the global batch
+    (allreduce of per-channel count/sum/sum of squares forward, of the two gradient sums backward);
+    plain ``nn.BatchNorm2d`` normalizes each rank's own batch (Goyal et al.'s choice).
+Checkpoints:
+    ``save_checkpoint(path, model, optimizer, scheduler, state={...}, rank_state={...})`` on every
+    rank (rank 0 writes; per-rank state such as ``rng_state(generator)`` and LSTM hidden states is
+    gathered); ``state, rank_state = load_checkpoint(path, model, optimizer, scheduler)``;
+    ``set_rng_state(generator, s)``. A resumed run continues bitwise as if never interrupted.
+Failures:
+    ``run(main, *args)`` and ``install_excepthook()``: an uncaught exception on any rank prints its
+    traceback with the rank and calls ``MPI_Abort``, so the job ends instead of hanging.
+
+Only this package imports mpi4py; ``collectives`` supplies the algorithms and the simulated
+communicator (``collectives.simulate(P, fn)`` runs fn(comm) on P thread-ranks: call
+``dist.init(comm)`` inside fn).
+"""
+
+from minidl.distributed.allreduce import ALGORITHMS, allreduce
+from minidl.distributed.broadcast import (
+    broadcast_optimizer_state,
+    broadcast_parameters,
+    broadcast_state,
+    gather_states,
+    scatter_states,
+)
+from minidl.distributed.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from minidl.distributed.context import barrier, get_comm, init, is_initialized, rank, shutdown, size
+from minidl.distributed.launch import abort_on_error, install_excepthook, run
+from minidl.distributed.optimizer import DEFAULT_FUSION_BYTES, DistributedOptimizer, average_gradients
+from minidl.distributed.sampler import DistributedSampler, epoch_permutation, shard_batch
+from minidl.distributed.timing import StepTimings
+
+__all__ = [
+    "ALGORITHMS", "DEFAULT_FUSION_BYTES", "DistributedOptimizer", "DistributedSampler", "StepTimings",
+    "abort_on_error", "allreduce", "average_gradients", "barrier", "broadcast_optimizer_state",
+    "broadcast_parameters", "broadcast_state", "epoch_permutation", "gather_states", "get_comm", "init",
+    "install_excepthook", "is_initialized", "load_checkpoint", "rank", "rng_state", "run", "save_checkpoint",
+    "scatter_states", "set_rng_state", "shard_batch", "shutdown", "size",
+]

@@ -1,0 +1,126 @@
+"""Make every rank start from rank 0's state: parameters, buffers, optimizer state.
+
+Data parallelism keeps P replicas of one model in step; they must start identical (and after a
+resume, identical to the checkpoint), so the root's state is broadcast before training. The state
+goes as one byte buffer (``wire.encode``: a JSON header plus the raw array bytes) through
+``collectives.broadcast``, a binomial tree of buffer-based Send/Recv, never pickle.
+
+A state travels in two broadcasts: its length (8 bytes), then the bytes. The receivers check it
+against their own layout with ``load_state_dict`` (strict), so replicas built differently on
+different ranks give an error naming the mismatched keys instead of silently diverging.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from minidl.distributed import wire
+from minidl.distributed.context import get_comm
+from minidl.nn.module import Module
+from minidl.optim.optimizer import Optimizer
+
+_TAG = 7301  # point-to-point tag of gather/scatter of states (clear of the collectives' tags)
+
+
+def broadcast_buffer(buf: np.ndarray | None, root: int = 0, comm: Any = None) -> np.ndarray:
+    """The root's ``uint8`` buffer on every rank (others pass None: the length is sent first)."""
+    import collectives
+
+    comm = get_comm(comm)
+    if comm.Get_size() == 1:
+        return buf
+    is_root = comm.Get_rank() == root
+    length = np.array([buf.size if is_root else 0], dtype=np.int64)
+    length = collectives.broadcast(comm, length, root=root)
+    data = buf if is_root else np.zeros(int(length[0]), dtype=np.uint8)
+    return collectives.broadcast(comm, data, root=root)
+
+
+def broadcast_state(tree: Any, root: int = 0, comm: Any = None) -> Any:
+    """The root's ``tree`` (nested dicts/lists of arrays and numbers) on every rank; others may pass None."""
+    comm = get_comm(comm)
+    if comm.Get_size() == 1:
+        return tree
+    buf = wire.encode(tree) if comm.Get_rank() == root else None
+    return wire.decode(broadcast_buffer(buf, root, comm))
+
+
+def broadcast_parameters(module_or_state: Module | dict[str, np.ndarray], root: int = 0, comm: Any = None) -> None:
+    """Overwrite every rank's parameters and buffers with the root's (in place).
+
+    ``module_or_state`` is a Module (parameters and buffers, e.g. BatchNorm's running statistics)
+    or a dict name -> ndarray, whose arrays are overwritten in place.
+    """
+    comm = get_comm(comm)
+    if isinstance(module_or_state, Module):
+        state = broadcast_state(module_or_state.state_dict(), root, comm)
+        if comm.Get_rank() != root:
+            module_or_state.load_state_dict(state, strict=True)
+        return
+    if not isinstance(module_or_state, dict):
+        raise TypeError(f"broadcast_parameters: expected a Module or a dict of arrays, got {type(module_or_state)}")
+    state = broadcast_state({k: np.asarray(v) for k, v in module_or_state.items()}, root, comm)
+    if comm.Get_rank() != root:
+        mine, theirs = set(module_or_state), set(state)
+        if mine != theirs:
+            raise KeyError(
+                f"broadcast_parameters: rank {comm.Get_rank()} has keys {sorted(mine - theirs)} the root lacks and "
+                f"lacks {sorted(theirs - mine)}"
+            )
+        for k, v in state.items():
+            target = module_or_state[k]
+            if np.shape(target) != v.shape:
+                raise ValueError(f"broadcast_parameters: {k} has shape {np.shape(target)} here, {v.shape} on the root")
+            target[...] = v
+
+
+def broadcast_optimizer_state(optimizer: Optimizer, root: int = 0, comm: Any = None) -> None:
+    """Give every rank the root's optimizer state (momentum buffers, Adam moments, step counts, lr)."""
+    comm = get_comm(comm)
+    state = broadcast_state(optimizer.state_dict(), root, comm)
+    if comm.Get_rank() != root:
+        optimizer.load_state_dict(state)
+
+
+def send_state(tree: Any, dest: int, comm: Any = None) -> None:
+    """Send ``tree`` to rank ``dest`` (its length, then its bytes)."""
+    comm = get_comm(comm)
+    buf = wire.encode(tree)
+    comm.Send(np.array([buf.size], dtype=np.int64), dest=dest, tag=_TAG)
+    comm.Send(buf, dest=dest, tag=_TAG)
+
+
+def recv_state(source: int, comm: Any = None) -> Any:
+    """Receive the tree rank ``source`` sent with ``send_state``."""
+    comm = get_comm(comm)
+    n = np.zeros(1, dtype=np.int64)
+    comm.Recv(n, source=source, tag=_TAG)
+    buf = np.empty(int(n[0]), dtype=np.uint8)
+    comm.Recv(buf, source=source, tag=_TAG)
+    return wire.decode(buf)
+
+
+def gather_states(tree: Any, root: int = 0, comm: Any = None) -> list[Any] | None:
+    """Every rank's ``tree`` collected on the root (a list indexed by rank); None on the others."""
+    comm = get_comm(comm)
+    if comm.Get_rank() != root:
+        send_state(tree, root, comm)
+        return None
+    return [tree if r == root else recv_state(r, comm) for r in range(comm.Get_size())]
+
+
+def scatter_states(trees: list[Any] | None, root: int = 0, comm: Any = None) -> Any:
+    """Rank r gets ``trees[r]`` from the root (the inverse of ``gather_states``)."""
+    comm = get_comm(comm)
+    rank, size = comm.Get_rank(), comm.Get_size()
+    if rank != root:
+        return recv_state(root, comm)
+    if trees is None or len(trees) != size:
+        got = "None" if trees is None else f"{len(trees)} states"
+        raise ValueError(f"scatter_states: the root needs one state per rank ({size}), got {got}")
+    for r in range(size):
+        if r != root:
+            send_state(trees[r], r, comm)
+    return trees[root]

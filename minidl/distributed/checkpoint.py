@@ -1,0 +1,129 @@
+"""Rank-0 checkpoints, and a resume that continues exactly (bitwise) where the run stopped.
+
+Every replica holds the same model and optimizer state, so rank 0 alone writes them. What differs
+between ranks - each rank's random generator (dropout masks), an LSTM's hidden state carried over
+its own streams - is gathered to rank 0 and written beside it, one entry per rank. On resume
+rank 0 reads the file and sends each rank what it needs: the shared part by broadcast, the per-rank
+part by point-to-point (so the file need not be on a filesystem every rank sees).
+
+One checkpoint (``minidl.save``: an .npz, no pickle) holds::
+
+    model        model.state_dict()                 (rank 0's; the replicas are identical)
+    optimizer    optimizer.state_dict()             (momentum, Adam moments, lr in force, ...)
+    scheduler    scheduler.state_dict()             (the LR schedule's counter)
+    state        the caller's shared dict           (epoch, step, data position, ...)
+    ranks        [rank 0's dict, rank 1's dict, ...] (RNG state via ``rng_state``, hidden state, ...)
+    world_size   P
+
+A run that trains k steps, saves, and is resumed for k more steps then ends with the same bits
+as a run of 2k steps, provided everything that feeds the computation is in the checkpoint
+(the tests check this for the LSTM LM with dropout under mpiexec).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import numpy as np
+
+from minidl.distributed.broadcast import broadcast_state, gather_states, scatter_states
+from minidl.distributed.context import get_comm
+from minidl.nn.module import Module
+from minidl.optim.optimizer import Optimizer
+
+
+def rng_state(generator: np.random.Generator) -> str:
+    """A NumPy Generator's exact state as a string (its 128-bit counters do not fit int64 arrays)."""
+    return json.dumps(generator.bit_generator.state)
+
+
+def set_rng_state(generator: np.random.Generator, state: str) -> None:
+    """Put ``generator`` back in the state ``rng_state`` recorded."""
+    generator.bit_generator.state = json.loads(state)
+
+
+def _pending(optimizer: Any) -> int:
+    return int(getattr(optimizer, "pending_passes", 0))
+
+
+def save_checkpoint(
+    path: str | os.PathLike[str],
+    model: Module,
+    optimizer: Optimizer | None = None,
+    scheduler: Any = None,
+    state: dict[str, Any] | None = None,
+    rank_state: dict[str, Any] | None = None,
+    comm: Any = None,
+) -> None:
+    """Write a checkpoint from rank 0 (call it on every rank: it gathers ``rank_state`` and waits for the write).
+
+    Args:
+        model, optimizer, scheduler: what to save (their ``state_dict()``s; the scheduler may be None).
+        state: a dict that is the same on every rank (epoch, step, sampler.state_dict(), ...); rank 0's is saved.
+        rank_state: this rank's own dict (``{"rng": dist.rng_state(rng), "hidden": h}``); one per rank is saved.
+    """
+    comm = get_comm(comm)
+    if optimizer is not None and _pending(optimizer):
+        raise RuntimeError(
+            f"save_checkpoint: the optimizer holds {_pending(optimizer)} accumulated backward passes not yet "
+            "applied; checkpoint right after an update (when opt.step() returned True)"
+        )
+    ranks = gather_states(rank_state or {}, 0, comm)
+    if comm.Get_rank() == 0:
+        from minidl.serialization import save
+
+        ckpt: dict[str, Any] = {"model": model.state_dict(), "world_size": comm.Get_size(), "ranks": ranks}
+        if optimizer is not None:
+            ckpt["optimizer"] = optimizer.state_dict()
+        if scheduler is not None:
+            ckpt["scheduler"] = scheduler.state_dict()
+        ckpt["state"] = state or {}
+        save(ckpt, path)
+    comm.Barrier()  # nobody goes on (or reads the file) before it is complete
+
+
+def load_checkpoint(
+    path: str | os.PathLike[str],
+    model: Module,
+    optimizer: Optimizer | None = None,
+    scheduler: Any = None,
+    comm: Any = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Restore ``model``, ``optimizer`` and ``scheduler`` on every rank from rank 0's read of ``path``.
+
+    Returns ``(state, rank_state)``: the shared dict and this rank's own dict given to ``save_checkpoint``.
+    The number of ranks must be the one the checkpoint was written with when it holds per-rank state.
+    """
+    comm = get_comm(comm)
+    rank, size = comm.Get_rank(), comm.Get_size()
+    ckpt, ranks = None, None
+    if rank == 0:
+        from minidl.serialization import load
+
+        # a failure here is sent to every rank as an error, rather than leaving the others waiting
+        try:
+            ckpt = load(path)
+        except (OSError, ValueError) as e:
+            ckpt = {"error": f"{type(e).__name__}: {e}"}
+        ranks = ckpt.pop("ranks", None) or [{}] * size
+        saved = int(ckpt.get("world_size", size))
+        if saved != size and any(ranks):
+            ckpt = {"error": f"{path} was written by {saved} ranks and holds per-rank state; resume with {saved}"}
+        if len(ranks) != size:
+            ranks = [{}] * size
+    ckpt = broadcast_state(ckpt, 0, comm)
+    if "error" in ckpt:
+        raise ValueError(f"load_checkpoint: {ckpt['error']}")
+    mine = scatter_states(ranks, 0, comm)
+    model.load_state_dict(ckpt["model"], strict=True)
+    if optimizer is not None:
+        if "optimizer" not in ckpt:
+            raise KeyError(f"load_checkpoint: {path} has no optimizer state")
+        optimizer.load_state_dict(ckpt["optimizer"])
+    if scheduler is not None:
+        if "scheduler" not in ckpt:
+            raise KeyError(f"load_checkpoint: {path} has no scheduler state")
+        scheduler.load_state_dict(ckpt["scheduler"])
+    return ckpt.get("state", {}), mine
