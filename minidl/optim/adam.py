@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from minidl.optim.optimizer import Optimizer, ParamsT, check_grad, check_nonnegative
+from minidl.optim.optimizer import Optimizer, ParamsT, check_nonnegative
 
 
 class Adam(Optimizer):
@@ -50,11 +50,7 @@ class Adam(Optimizer):
     def _update_group(self, group: dict[str, Any]) -> None:
         lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
         weight_decay, amsgrad = group["weight_decay"], group["amsgrad"]
-        for p in group["params"]:
-            g = p.grad
-            if g is None:
-                continue
-            check_grad(p, g)
+        for p, g in self.params_with_grad(group):
             state = self.state.get(p)
             if state is None:
                 zeros = np.zeros_like
@@ -88,18 +84,11 @@ class Adam(Optimizer):
 class AdamW(Adam):
     """Adam with decoupled weight decay: p <- p * (1 - lr * weight_decay) before the Adam step.
 
-    Same state and arguments as Adam; the default ``weight_decay`` is 0.01, as in PyTorch.
+    Same state and arguments as Adam (keyword-only after ``lr``); the default ``weight_decay`` is 0.01,
+    as in PyTorch.
     """
 
     decoupled_weight_decay = True
 
-    def __init__(
-        self,
-        params: ParamsT,
-        lr: float = 1e-3,
-        betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-8,
-        weight_decay: float = 0.01,
-        amsgrad: bool = False,
-    ):
-        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad)
+    def __init__(self, params: ParamsT, lr: float = 1e-3, *, weight_decay: float = 0.01, **kwargs: Any):
+        super().__init__(params, lr=lr, weight_decay=weight_decay, **kwargs)

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from minidl.optim.optimizer import REQUIRED, Optimizer, ParamsT, check_grad, check_nonnegative
+from minidl.optim.optimizer import REQUIRED, Optimizer, ParamsT, check_nonnegative
 from minidl.tensor import Tensor
 
 
@@ -51,11 +51,7 @@ class LARS(Optimizer):
     def _update_group(self, group: dict[str, Any]) -> None:
         lr, momentum, weight_decay = group["lr"], group["momentum"], group["weight_decay"]
         trust, eps, adapt = group["trust_coefficient"], group["eps"], group["adapt"]
-        for p in group["params"]:
-            g = p.grad
-            if g is None:
-                continue
-            check_grad(p, g)
+        for p, g in self.params_with_grad(group):
             w = p.data
             local_lr = 1.0
             if adapt:

@@ -18,7 +18,7 @@ checkpoint loads into a fresh optimizer built the same way over a fresh model.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -111,6 +111,16 @@ class Optimizer:
         for group in self.param_groups:
             self._update_group(group)
         return loss
+
+    @staticmethod
+    def params_with_grad(group: dict[str, Any]) -> Iterator[tuple[Tensor, np.ndarray]]:
+        """(parameter, gradient) for each parameter of the group whose ``.grad`` is set (its shape checked)."""
+        for p in group["params"]:
+            g = p.grad
+            if g is not None:
+                if g.shape != p.data.shape:  # a broadcast-shaped grad would update the wrong entries
+                    raise ValueError(f"parameter of shape {p.data.shape} has a gradient of shape {g.shape}")
+                yield p, g
 
     def _update_group(self, group: dict[str, Any]) -> None:  # pragma: no cover - abstract
         raise NotImplementedError(f"{type(self).__name__} does not implement _update_group()")
@@ -236,8 +246,3 @@ def check_nonnegative(opt: Optimizer, group: dict[str, Any], *names: str) -> Non
             raise ValueError(f"{type(opt).__name__}: invalid {name}: {value} (must be >= 0)")
         group[name] = value
 
-
-def check_grad(p: Tensor, grad: np.ndarray) -> None:
-    """A gradient must have its parameter's shape (a broadcast-shaped grad would update the wrong entries)."""
-    if grad.shape != p.data.shape:
-        raise ValueError(f"parameter of shape {p.data.shape} has a gradient of shape {grad.shape}")

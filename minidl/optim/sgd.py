@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from minidl.optim.optimizer import REQUIRED, Optimizer, ParamsT, check_grad, check_nonnegative
+from minidl.optim.optimizer import REQUIRED, Optimizer, ParamsT, check_nonnegative
 
 
 class SGD(Optimizer):
@@ -43,11 +43,7 @@ class SGD(Optimizer):
     def _update_group(self, group: dict[str, Any]) -> None:
         lr, momentum, dampening = group["lr"], group["momentum"], group["dampening"]
         weight_decay, nesterov = group["weight_decay"], group["nesterov"]
-        for p in group["params"]:
-            g = p.grad
-            if g is None:
-                continue
-            check_grad(p, g)
+        for p, g in self.params_with_grad(group):
             if weight_decay != 0:
                 g = g + weight_decay * p.data  # a new array: p.grad itself is left as backward made it
             if momentum != 0:
