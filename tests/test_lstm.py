@@ -7,6 +7,7 @@ import minidl
 from minidl import nn
 from minidl.nn.rnn import lstm_cell
 from minidl.ops.lstm import LSTMFunction, gate_order
+from minidl.random import manual_seed
 
 
 def _t(rng, *shape, scale=0.5):
@@ -142,7 +143,7 @@ def test_state_carries_over_windows(rng):
 
 
 def test_dropout_between_layers_only_in_training(rng):
-    minidl.manual_seed(0)
+    manual_seed(0)
     lstm = nn.LSTM(3, 8, num_layers=2, dropout=0.5)
     x = minidl.tensor(rng.standard_normal((4, 2, 3)).astype(np.float32))
     lstm.eval()

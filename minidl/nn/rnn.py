@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from minidl.nn import functional as F
+from minidl.nn.dropout import dropout as dropout_fn
 from minidl.nn.init import uniform_
 from minidl.nn.module import Module, Parameter
 from minidl.ops.lstm import LSTMFunction
@@ -155,7 +155,7 @@ class LSTM(Module):
         out = x
         for k in range(L):
             if k > 0 and self.dropout > 0 and self.training:
-                out = F.dropout(out, self.dropout, training=True)
+                out = dropout_fn(out, self.dropout, training=True)
             out, h, c = LSTMFunction.apply(out, h0s[k], c0s[k], *self.layer_parameters(k))
             hs.append(h)
             cs.append(c)

@@ -1,0 +1,203 @@
+"""Words/s of one LSTM language-model training step: minidl vs PyTorch CPU, one thread each.
+
+The model is Zaremba et al.'s "small" configuration: vocabulary 10,000, 2 LSTM layers of 200 units,
+BPTT window T=20, batch B=20, so one step trains on T*B = 400 words. A step is what training does:
+
+    forward (embedding -> LSTM -> decoder), F.cross_entropy over [400, 10000] logits, backward,
+    clip_grad_norm(params, 5), SGD(lr=1).step(), and the state carried (detached) to the next window.
+
+Each framework runs in its own subprocess (so peak RSS is its own) with OMP/OpenBLAS/MKL threads = 1
+and ``torch.set_num_threads(1)``. Prints words/s of both, the ratio and peak RSS.
+
+    python benchmarks/lstm_lm.py                 # both, default sizes
+    python benchmarks/lstm_lm.py --steps 50 --preset medium
+    python benchmarks/lstm_lm.py --profile       # minidl only, with a cProfile of the step
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_var] = "1"  # before NumPy / torch load their BLAS
+
+import numpy as np  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+def _tokens(vocab: int, T: int, B: int, n: int) -> np.ndarray:
+    """n + 1 windows of random token ids [T, B] (speed does not depend on the values)."""
+    return np.random.default_rng(0).integers(0, vocab, size=(n + 1, T + 1, B))
+
+
+def run_minidl(cfg: dict, steps: int, warmup: int, profile: bool) -> dict:
+    sys.path.insert(0, ROOT)
+    import minidl
+    import minidl.nn.functional as F
+    from minidl import optim
+    from minidl.models import LSTMLanguageModel
+
+    minidl.random.manual_seed(0)
+    model = LSTMLanguageModel(cfg["vocab_size"], cfg["hidden_size"], cfg["num_layers"], cfg["dropout"],
+                              init_scale=cfg["init_scale"])
+    params = list(model.parameters())
+    opt = optim.SGD(params, lr=cfg["lr"])
+    T, B = cfg["num_steps"], cfg["batch_size"]
+    data = _tokens(cfg["vocab_size"], T, B, warmup + steps)
+    state = model.init_hidden(B)
+
+    def step(i: int):
+        nonlocal state
+        x, y = data[i, :-1], data[i, 1:]
+        state = model.detach_state(state)
+        logits, state = model(x, state)
+        loss = F.cross_entropy(logits, y.reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        optim.clip_grad_norm(params, cfg["max_grad_norm"])
+        opt.step()
+        return loss.item()
+
+    for i in range(warmup):
+        step(i)
+    if profile:
+        import cProfile
+        import pstats
+
+        prof = cProfile.Profile()
+        prof.enable()
+    t0 = time.perf_counter()
+    for i in range(warmup, warmup + steps):
+        loss = step(i)
+    elapsed = time.perf_counter() - t0
+    if profile:
+        prof.disable()
+        pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(18)
+    return {"impl": "minidl", "words_per_s": steps * T * B / elapsed, "ms_per_step": 1e3 * elapsed / steps,
+            "loss": loss, "peak_rss_mb": _peak_rss_mb()}
+
+
+def run_torch(cfg: dict, steps: int, warmup: int) -> dict:
+    import torch
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+
+    class LM(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            V, H, L = cfg["vocab_size"], cfg["hidden_size"], cfg["num_layers"]
+            self.embedding = torch.nn.Embedding(V, H)
+            self.drop = torch.nn.Dropout(cfg["dropout"])
+            self.lstm = torch.nn.LSTM(H, H, L, dropout=cfg["dropout"])
+            self.decoder = torch.nn.Linear(H, V)
+            for p in self.parameters():
+                torch.nn.init.uniform_(p, -cfg["init_scale"], cfg["init_scale"])
+
+        def forward(self, x, state):
+            out, state = self.lstm(self.drop(self.embedding(x)), state)
+            return self.decoder(self.drop(out).reshape(-1, out.shape[-1])), state
+
+    model = LM()
+    opt = torch.optim.SGD(model.parameters(), lr=cfg["lr"])
+    T, B, L, H = cfg["num_steps"], cfg["batch_size"], cfg["num_layers"], cfg["hidden_size"]
+    data = torch.from_numpy(_tokens(cfg["vocab_size"], T, B, warmup + steps))
+    state = (torch.zeros(L, B, H), torch.zeros(L, B, H))
+
+    def step(i: int):
+        nonlocal state
+        x, y = data[i, :-1], data[i, 1:]
+        state = tuple(s.detach() for s in state)
+        logits, state = model(x, state)
+        loss = torch.nn.functional.cross_entropy(logits, y.reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["max_grad_norm"])
+        opt.step()
+        return loss.item()
+
+    for i in range(warmup):
+        step(i)
+    t0 = time.perf_counter()
+    for i in range(warmup, warmup + steps):
+        loss = step(i)
+    elapsed = time.perf_counter() - t0
+    return {"impl": "torch", "words_per_s": steps * T * B / elapsed, "ms_per_step": 1e3 * elapsed / steps,
+            "loss": loss, "peak_rss_mb": _peak_rss_mb()}
+
+
+def _config(preset: str) -> dict:
+    sys.path.insert(0, ROOT)
+    from minidl.models import PRESETS
+
+    return PRESETS[preset].as_dict()
+
+
+def _child(args) -> None:
+    cfg = _config(args.preset)
+    if args.impl == "minidl":
+        result = run_minidl(cfg, args.steps, args.warmup, args.profile)
+    else:
+        result = run_torch(cfg, args.steps, args.warmup)
+    print(json.dumps(result))
+
+
+def _spawn(impl: str, args) -> dict | None:
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", impl, "--preset", args.preset,
+           "--steps", str(args.steps), "--warmup", str(args.warmup)] + (["--profile"] if args.profile else [])
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.stderr:
+        sys.stderr.write(proc.stderr)
+    if proc.returncode != 0:
+        print(f"{impl}: failed (exit {proc.returncode})", file=sys.stderr)
+        return None
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--preset", default="small", choices=["small", "medium", "large"])
+    parser.add_argument("--steps", type=int, default=30, help="timed training steps")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--profile", action="store_true", help="cProfile the minidl step (minidl only)")
+    parser.add_argument("--child", choices=["minidl", "torch"], help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        args.impl = args.child
+        _child(args)
+        return
+    cfg = _config(args.preset)
+    print(f"LSTM LM '{args.preset}': vocab {cfg['vocab_size']}, {cfg['num_layers']} x {cfg['hidden_size']}, "
+          f"T={cfg['num_steps']}, B={cfg['batch_size']}; {args.steps} timed steps, 1 thread")
+    results = {"minidl": _spawn("minidl", args)}
+    try:
+        import torch  # noqa: F401
+
+        have_torch = not args.profile
+    except ImportError:
+        have_torch = False
+        print("PyTorch not installed: timing minidl only")
+    if have_torch:
+        results["torch"] = _spawn("torch", args)
+    for name, r in results.items():
+        if r:
+            print(f"{name:>7}: {r['words_per_s']:9.0f} words/s  {r['ms_per_step']:7.1f} ms/step  "
+                  f"peak RSS {r['peak_rss_mb']:6.0f} MB  (last loss {r['loss']:.3f})")
+    if results.get("minidl") and results.get("torch"):
+        ratio = results["minidl"]["words_per_s"] / results["torch"]["words_per_s"]
+        print(f"  ratio: minidl / torch = {ratio:.2f}x words/s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+"""The word-level LSTM language model of Zaremba, Sutskever & Vinyals (2014), "Recurrent Neural Network
+Regularization" (arXiv:1409.2329), and its small / medium / large configurations.
+
+    tokens x [T, B] -> Embedding -> dropout -> LSTM (L layers, dropout between them) -> dropout
+                    -> Linear decoder -> logits [T*B, V]
+
+Dropout acts on the non-recurrent connections only (the paper's point): on the embeddings, between
+LSTM layers and before the decoder, never on h_{t-1} -> h_t. Training is truncated BPTT: batches of
+B parallel streams cut into windows of T steps; the final (h, c) of one window, detached, is the
+initial state of the next (``detach_state``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+
+import numpy as np
+
+from minidl.nn.dropout import Dropout
+from minidl.nn.embedding import Embedding
+from minidl.nn.init import uniform_
+from minidl.nn.linear import Linear
+from minidl.nn.module import Module
+from minidl.nn.rnn import LSTM
+from minidl.tensor import Tensor, tensor
+
+State = tuple[Tensor, Tensor]
+
+
+@dataclass(frozen=True)
+class LMConfig:
+    """A training configuration in the paper's terms.
+
+    lr is multiplied by ``lr_decay`` once per epoch after epoch ``decay_after``
+    (epochs counted from 1: the first decayed epoch is ``decay_after + 1``); all parameters start
+    uniform(-init_scale, init_scale); gradients are clipped to global norm ``max_grad_norm``.
+    """
+
+    hidden_size: int
+    num_layers: int
+    num_steps: int  # T, the BPTT window
+    batch_size: int  # B, parallel streams
+    dropout: float
+    init_scale: float
+    lr: float
+    lr_decay: float
+    decay_after: int
+    epochs: int
+    max_grad_norm: float
+    vocab_size: int = 10_000
+
+    def lr_at(self, epoch: int) -> float:
+        """The learning rate of (1-based) ``epoch``: lr * lr_decay ** max(epoch - decay_after, 0)."""
+        return self.lr * self.lr_decay ** max(epoch - self.decay_after, 0)
+
+    def with_(self, **changes) -> LMConfig:
+        return replace(self, **changes)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+# Zaremba et al. 2014, section 4.1 (and the reference code's SmallConfig / MediumConfig / LargeConfig).
+PRESETS: dict[str, LMConfig] = {
+    "small": LMConfig(hidden_size=200, num_layers=2, num_steps=20, batch_size=20, dropout=0.0, init_scale=0.1,
+                      lr=1.0, lr_decay=0.5, decay_after=4, epochs=13, max_grad_norm=5.0),
+    "medium": LMConfig(hidden_size=650, num_layers=2, num_steps=35, batch_size=20, dropout=0.5, init_scale=0.05,
+                       lr=1.0, lr_decay=1 / 1.2, decay_after=6, epochs=39, max_grad_norm=5.0),
+    "large": LMConfig(hidden_size=1500, num_layers=2, num_steps=35, batch_size=20, dropout=0.65, init_scale=0.04,
+                      lr=1.0, lr_decay=1 / 1.15, decay_after=14, epochs=55, max_grad_norm=10.0),
+}
+
+
+class LSTMLanguageModel(Module):
+    """Embedding -> dropout -> LSTM -> dropout -> Linear; ``forward(x [T, B], state) -> (logits [T*B, V], state)``.
+
+    Parameter names: ``embedding.weight`` [V, E], ``lstm.weight_ih_l0`` ... (PyTorch's nn.LSTM names),
+    ``decoder.weight`` [V, H], ``decoder.bias`` [V]. ``init_scale`` (if given) re-initializes every
+    parameter uniform(-init_scale, init_scale) as the paper does; otherwise each layer keeps its PyTorch
+    default initialization.
+    """
+
+    def __init__(self, vocab_size: int, hidden_size: int, num_layers: int = 2, dropout: float = 0.0,
+                 embedding_size: int | None = None, init_scale: float | None = None):
+        super().__init__()
+        if vocab_size <= 0:
+            raise ValueError(f"LSTMLanguageModel: vocab_size must be positive, got {vocab_size}")
+        embedding_size = hidden_size if embedding_size is None else embedding_size
+        self.vocab_size, self.hidden_size, self.num_layers = vocab_size, hidden_size, num_layers
+        self.embedding = Embedding(vocab_size, embedding_size)
+        self.drop = Dropout(dropout)
+        self.lstm = LSTM(embedding_size, hidden_size, num_layers, dropout=dropout)
+        self.decoder = Linear(hidden_size, vocab_size)
+        if init_scale is not None:
+            self.init_uniform(init_scale)
+
+    @classmethod
+    def from_config(cls, config: LMConfig | str, vocab_size: int | None = None) -> LSTMLanguageModel:
+        """The model of a preset name ("small", "medium", "large") or an LMConfig, for ``vocab_size`` words."""
+        if isinstance(config, str):
+            if config not in PRESETS:
+                raise KeyError(f"unknown LM preset {config!r}; choose one of {sorted(PRESETS)}")
+            config = PRESETS[config]
+        return cls(vocab_size or config.vocab_size, config.hidden_size, config.num_layers, config.dropout,
+                   init_scale=config.init_scale)
+
+    def init_uniform(self, bound: float) -> None:
+        """Every parameter uniform(-bound, bound) (Zaremba et al.: 0.1 small, 0.05 medium, 0.04 large)."""
+        for p in self.parameters():
+            uniform_(p, -bound, bound)
+
+    def init_hidden(self, batch_size: int) -> State:
+        """Zero (h, c), each [L, B, H], in the parameters' dtype."""
+        dtype = self.decoder.weight.dtype
+        shape = (self.num_layers, batch_size, self.hidden_size)
+        return tensor(np.zeros(shape, dtype)), tensor(np.zeros(shape, dtype))
+
+    @staticmethod
+    def detach_state(state: State) -> State:
+        """Cut the graph between BPTT windows: same values, no history (truncated backpropagation)."""
+        return state[0].detach(), state[1].detach()
+
+    def forward(self, x, state: State | None = None) -> tuple[Tensor, State]:
+        tokens = x.data if isinstance(x, Tensor) else np.asarray(x)
+        if tokens.ndim != 2 or tokens.dtype.kind not in "iu":
+            raise ValueError(f"LSTMLanguageModel: input must be integer token ids [T, B], got shape "
+                             f"{tokens.shape} and dtype {tokens.dtype}")
+        T, B = tokens.shape
+        if state is None:
+            state = self.init_hidden(B)
+        emb = self.drop(self.embedding(tokens))  # [T, B, E]
+        out, state = self.lstm(emb, state)  # [T, B, H]
+        out = self.drop(out).reshape(T * B, self.hidden_size)
+        return self.decoder(out), state
+
+    def extra_repr(self) -> str:
+        return f"vocab_size={self.vocab_size}, hidden_size={self.hidden_size}, num_layers={self.num_layers}"
