@@ -46,11 +46,11 @@ class GradcheckError(AssertionError):
 def _is_float_input(x: Any) -> bool:
     if isinstance(x, Tensor):
         return x.dtype.kind == "f"
-    if isinstance(x, np.ndarray):
+    if isinstance(x, np.ndarray | np.generic):
         return x.dtype.kind == "f"
     if isinstance(x, list | tuple):
         return np.asarray(x).dtype.kind == "f"
-    return False  # Python numbers, strings, None, ints: constants
+    return False  # Python numbers, strings, None, integer arrays: constants
 
 
 def _name(x: Any, i: int) -> str:
@@ -163,9 +163,9 @@ def gradcheck(
 
     Args:
         fn: takes one argument per input (Tensors for the float ones) and returns a Tensor or a tuple of Tensors.
-        inputs: Tensors, ndarrays, lists or constants. Float ones become float64 leaf Tensors and are checked
-            (or only those listed in ``wrt``); others (integer index arrays, Python numbers, None) are passed
-            through untouched.
+        inputs: Tensors, ndarrays, NumPy scalars, lists or constants. Float ones become float64 leaf Tensors and
+            are checked (or only those listed in ``wrt``); others (integer index arrays, Python numbers, None)
+            are passed through untouched, as constants.
         eps: the finite-difference step.
         atol, rtol: tolerance, as in ``np.isclose``.
         seed: seeds the output weights R and the random directions.
@@ -184,6 +184,8 @@ def gradcheck(
         # (a) one random direction per input: cheap at any size.
         failure = None
         for i in p.checked:
+            if p.values[i].size == 0:
+                continue  # no elements, nothing to check (fn's outputs may still be NaN, e.g. a mean over nothing)
             d = p.rng.standard_normal(p.values[i].shape)
             d /= max(np.linalg.norm(d), 1e-300)
             numeric = p.central_difference(i, d, eps)

@@ -92,6 +92,8 @@ def _as_array(value: Any, dtype: Any = None) -> np.ndarray:
     """ndarray from a Tensor, ndarray or Python value. Python floats take the default dtype."""
     if isinstance(value, Tensor):
         value = value.data
+    if isinstance(value, np.generic):  # a NumPy scalar (what a 0-d op returns) keeps its dtype
+        value = np.asarray(value)
     if isinstance(value, np.ndarray):
         return value if dtype is None else value.astype(dtype, copy=False)
     arr = np.asarray(value)

@@ -54,7 +54,7 @@ class CrossEntropy(Function):
         t = np.where(keep, target, 0)
         e, s, m = shifted_exp(logits, axis=1)  # e: [N, C]; s, m: [N, 1]
         s, m = s[:, 0], m[:, 0]
-        losses = (m + np.log(s) - logits[rows, t]) * keep
+        losses = (np.log(s) - (logits[rows, t] - m)) * keep  # logsumexp(x_i) - x_i[t_i], shifted by m_i
         self.count = int(keep.sum())
         self.reduction = reduction
         self.save_for_backward(e, s, t, keep)

@@ -18,7 +18,7 @@ def shifted_exp(a: np.ndarray, axis) -> tuple[np.ndarray, np.ndarray, np.ndarray
     (a row of all -inf then gives logsumexp = -inf instead of NaN)."""
     m = np.max(a, axis=axis, keepdims=True)
     m = np.where(np.isfinite(m), m, 0)
-    e = np.subtract(a, m)
+    e = np.asarray(a - m)  # the one full-size buffer; exp in place
     np.exp(e, out=e)
     return e, e.sum(axis=axis, keepdims=True), m
 
@@ -77,8 +77,9 @@ class LogSoftmax(Function):
     def forward(self, a, axis=-1):
         self.axis = normalize_axis(axis, a.ndim)
         _check_nonempty("log_softmax", a, self.axis)
-        e, s, m = shifted_exp(a, self.axis)
-        out = a - (m + np.log(s))
+        _, s, m = shifted_exp(a, self.axis)
+        out = np.asarray(a - m)  # (a - m) - log(s): exact where a = m, unlike a - (m + log(s))
+        out -= np.log(s)
         self.save_for_backward(out)
         return out
 
