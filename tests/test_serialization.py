@@ -71,6 +71,23 @@ def test_tensors_parameters_and_module_state_dicts_are_saved_as_arrays(tmp_path)
     np.testing.assert_array_equal(minidl.load(path), p.data)
 
 
+def test_module_state_dict_round_trip(tmp_path):
+    class Tiny(minidl.nn.Module):
+        def __init__(self, seed):
+            super().__init__()
+            rng = np.random.default_rng(seed)
+            self.weight = Parameter(rng.standard_normal((3, 2)).astype(np.float32))
+            self.bias = Parameter(np.zeros(3, np.float32))
+            self.register_buffer("num_batches_tracked", np.array(5, dtype=np.int64))
+
+    minidl.save({"model": Tiny(0).state_dict()}, tmp_path / "m.npz")
+    fresh = Tiny(1)
+    fresh.load_state_dict(minidl.load(tmp_path / "m.npz")["model"])
+    for (k, a), (k2, b) in zip(fresh.state_dict().items(), Tiny(0).state_dict().items()):
+        assert k == k2 and a.dtype == b.dtype
+        np.testing.assert_array_equal(a, b)
+
+
 def test_writes_exactly_at_path_and_compress(tmp_path):
     path = tmp_path / "checkpoint.bin"
     minidl.save({"a": np.zeros(1000)}, path, compress=True)
