@@ -87,12 +87,13 @@ from minidl.distributed.context import barrier, get_comm, init, is_initialized, 
 from minidl.distributed.launch import abort_on_error, install_excepthook, run
 from minidl.distributed.optimizer import DEFAULT_FUSION_BYTES, DistributedOptimizer, average_gradients
 from minidl.distributed.sampler import DistributedSampler, epoch_permutation, shard_batch
+from minidl.distributed.sync_batchnorm import SyncBatchNorm, convert_sync_batchnorm
 from minidl.distributed.timing import StepTimings
 
 __all__ = [
     "ALGORITHMS", "DEFAULT_FUSION_BYTES", "DistributedOptimizer", "DistributedSampler", "StepTimings",
-    "abort_on_error", "allreduce", "average_gradients", "barrier", "broadcast_optimizer_state",
-    "broadcast_parameters", "broadcast_state", "epoch_permutation", "gather_states", "get_comm", "init",
-    "install_excepthook", "is_initialized", "load_checkpoint", "rank", "rng_state", "run", "save_checkpoint",
-    "scatter_states", "set_rng_state", "shard_batch", "shutdown", "size",
+    "SyncBatchNorm", "abort_on_error", "allreduce", "average_gradients", "barrier", "broadcast_optimizer_state",
+    "broadcast_parameters", "broadcast_state", "convert_sync_batchnorm", "epoch_permutation", "gather_states",
+    "get_comm", "init", "install_excepthook", "is_initialized", "load_checkpoint", "rank", "rng_state", "run",
+    "save_checkpoint", "scatter_states", "set_rng_state", "shard_batch", "shutdown", "size",
 ]

@@ -1,0 +1,287 @@
+"""DistributedOptimizer features on the simulated communicator: accumulation, fusion, compression,
+timings, optimizer-state broadcast, checkpoint/resume, and its error messages."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import minidl
+import minidl.distributed as dist
+import minidl.nn.functional as F
+from minidl import optim
+from minidl.data.text import batchify, bptt_batches
+
+collectives = pytest.importorskip("collectives")
+
+from test_distributed_equivalence import (  # noqa: E402
+    BPTT,
+    CNN_N,
+    LM_BATCH,
+    assert_replicas_identical,
+    assert_same_state,
+    image_data,
+    initial_state,
+    lm_corpus,
+    make_cnn,
+    make_lm,
+)
+
+
+@pytest.fixture(autouse=True)
+def float64():
+    minidl.set_default_dtype(np.float64)
+
+
+def _cnn_step(model, opt, x, y, idx):
+    opt.zero_grad()
+    F.cross_entropy(model(minidl.tensor(x[idx])), y[idx]).backward()
+    return opt.step()
+
+
+# ----------------------------------------------------------------------------- accumulation
+@pytest.mark.parametrize("P,k", [(2, 2), (3, 2), (1, 3)])
+def test_accumulation_equals_k_times_bigger_batch(P, k):
+    """k backward passes of batch b on P ranks, then one update == one step with batch k*P*b."""
+    init = initial_state("cnn")
+    x, y = image_data()
+    b, updates = 2, 2
+
+    ref = make_cnn()
+    ref.load_state_dict(init)
+    ref_opt = optim.SGD(ref.parameters(), lr=0.3, momentum=0.9)
+    for _, idx in zip(range(updates), dist.DistributedSampler(CNN_N, k * P * b, seed=1, rank=0, size=1)):
+        _cnn_step(ref, ref_opt, x, y, idx)
+
+    def rank_fn(comm):
+        dist.init(comm)
+        model = make_cnn()
+        model.load_state_dict(init)
+        opt = dist.DistributedOptimizer(optim.SGD(model.parameters(), lr=0.3, momentum=0.9),
+                                        backward_passes_per_step=k)
+        results = []
+        for _, idx in zip(range(updates * k), dist.DistributedSampler(CNN_N, b, seed=1)):
+            will = opt.will_update
+            results.append(_cnn_step(model, opt, x, y, idx))
+            assert results[-1] == will
+        return model.state_dict(), results, opt.timings.steps
+
+    out = collectives.simulate(P, rank_fn)
+    states = [s for s, _, _ in out]
+    assert_replicas_identical(states)
+    assert_same_state(states[0], ref.state_dict())
+    assert out[0][1] == ([False] * (k - 1) + [True]) * updates
+    assert out[0][2] == updates
+
+
+def test_accumulation_guards():
+    def rank_fn(comm):
+        dist.init(comm)
+        model = make_cnn()
+        opt = dist.DistributedOptimizer(optim.SGD(model.parameters(), lr=0.1), backward_passes_per_step=2)
+        x, y = image_data()
+        _cnn_step(model, opt, x, y, np.arange(2))
+        grads = [p.grad.copy() for p in model.parameters()]
+        opt.zero_grad()  # mid-accumulation: must keep the gradients
+        assert all(np.array_equal(p.grad, g) for p, g in zip(model.parameters(), grads))
+        with pytest.raises(RuntimeError, match="allreduced only on the last pass"):
+            # the next step() will update, so this one is fine; but first simulate a too-early call:
+            opt._passes = 0
+            opt.synchronize()
+        with pytest.raises(RuntimeError, match="accumulated backward passes"):
+            opt._passes = 1
+            dist.save_checkpoint("/nonexistent/never-written.npz", model, opt)
+        return True
+
+    assert collectives.simulate(2, rank_fn) == [True, True]
+
+
+# ----------------------------------------------------------------------------- fusion and compression
+def test_fusion_packs_into_fewer_allreduces():
+    def rank_fn(comm, fusion_bytes):
+        dist.init(comm)
+        model = make_lm()
+        opt = dist.DistributedOptimizer(optim.SGD(model.parameters(), lr=0.1), fusion_bytes=fusion_bytes,
+                                        measure_wait=False)
+        for p in model.parameters():
+            p.grad = np.ones_like(p.data)
+        opt.step()
+        return len(opt.buckets)
+
+    n_params = len(list(make_lm().parameters()))
+    for fusion_bytes, buckets in ((0, n_params), (dist.DEFAULT_FUSION_BYTES, 1)):
+        out = collectives.simulate(2, rank_fn, fusion_bytes)
+        assert out[0] == buckets
+        # ring allreduce on 2 ranks: 2 messages per rank per bucket (reduce-scatter + allgather)
+        sent = collectives.simulated.traffic(out.messages, 2)[0]
+        assert sent == [2 * buckets] * 2, (fusion_bytes, sent)
+
+
+def test_fp16_compression_halves_the_bytes_and_stays_close():
+    init = initial_state("cnn")
+    x, y = image_data()
+
+    def rank_fn(comm, compression):
+        dist.init(comm)
+        model = make_cnn()
+        model.load_state_dict(init)
+        opt = dist.DistributedOptimizer(optim.SGD(model.parameters(), lr=0.1), compression=compression,
+                                        measure_wait=False)
+        _cnn_step(model, opt, x, y, np.arange(4) + 4 * dist.rank())
+        return model.state_dict()
+
+    exact = collectives.simulate(2, rank_fn, None)
+    half = collectives.simulate(2, rank_fn, "fp16")
+    assert_replicas_identical(half)
+    bytes_exact = sum(m.nbytes for m in exact.messages)
+    bytes_half = sum(m.nbytes for m in half.messages)
+    assert bytes_half * 4 == bytes_exact  # float64 gradients: 8 bytes -> 2 bytes on the wire
+    assert_same_state(half[0], exact[0], rtol=2e-3)
+    with pytest.raises(AssertionError):
+        assert_same_state(half[0], exact[0], rtol=1e-8)
+
+
+# ----------------------------------------------------------------------------- timings
+def test_timings_breakdown_is_recorded():
+    def rank_fn(comm):
+        dist.init(comm)
+        model = make_lm()
+        opt = dist.DistributedOptimizer(optim.SGD(model.parameters(), lr=0.1))
+        data = batchify(lm_corpus(), LM_BATCH, dist.rank(), dist.size())
+        for _, (x, y) in zip(range(3), bptt_batches(data, BPTT)):
+            opt.zero_grad()
+            logits, _ = model(x)
+            F.cross_entropy(logits, y.reshape(-1)).backward()
+            opt.step()
+        return opt.timings
+
+    t = collectives.simulate(2, rank_fn)[0]
+    assert t.steps == 3
+    assert t.total["compute"] > 0 and t.total["communication"] > 0 and t.total["wait"] >= 0
+    assert "compute" in str(t) and "communication" in t.summary()
+
+
+# ----------------------------------------------------------------------------- broadcasts
+def test_broadcast_optimizer_state_and_parameters():
+    def rank_fn(comm):
+        dist.init(comm)
+        minidl.manual_seed(0)
+        model = make_cnn(batchnorm=True)
+        opt = optim.Adam(model.parameters(), lr=0.01)
+        if dist.rank() == 0:  # only the root has trained: Adam moments, step counts, a changed lr
+            x, y = image_data()
+            _cnn_step(model, opt, x, y, np.arange(4))
+            opt.param_groups[0]["lr"] = 0.005
+        dist.broadcast_parameters(model)
+        dist.broadcast_optimizer_state(opt)
+        sd = opt.state_dict()
+        flat = {f"opt.{i}.{k}": np.asarray(v) for i, s in sd["state"].items() for k, v in s.items()}
+        return {**model.state_dict(), **flat, "lr": np.array(sd["param_groups"][0]["lr"])}
+
+    states = collectives.simulate(3, rank_fn)
+    assert_replicas_identical(states)
+    assert float(states[2]["lr"]) == 0.005 and "opt.0.exp_avg" in states[2]
+    assert int(states[1]["1.num_batches_tracked"]) == 1  # buffers travel too
+
+
+def test_broadcast_parameters_rejects_a_different_model():
+    def rank_fn(comm):
+        dist.init(comm)
+        model = make_cnn(batchnorm=dist.rank() == 0)
+        dist.broadcast_parameters(model)
+
+    with pytest.raises(KeyError, match="unexpected keys"):
+        collectives.simulate(2, rank_fn)
+
+
+# ----------------------------------------------------------------------------- checkpoints
+def _lm_run(comm, init, ckpt, start_from, steps, save_at=None):
+    """LM training with a per-rank random stream feeding the loss (a stand-in for dropout masks)."""
+    dist.init(comm)
+    model = make_lm()
+    opt = dist.DistributedOptimizer(optim.SGD(model.parameters(), lr=0.5, momentum=0.9))
+    sched = optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+    rng = np.random.default_rng(100 + dist.rank())
+    data = batchify(lm_corpus(), LM_BATCH, dist.rank(), dist.size())
+    state, step = None, 0
+    if start_from is None:
+        if dist.rank() == 0:
+            model.load_state_dict(init)
+        dist.broadcast_parameters(model)
+    else:
+        shared, mine = dist.load_checkpoint(start_from, model, opt, sched)
+        step = shared["step"]
+        dist.set_rng_state(rng, mine["rng"])
+        state = (minidl.tensor(mine["h"]), minidl.tensor(mine["c"]))
+    windows = list(bptt_batches(data, BPTT))
+    while step < steps:
+        x, y = windows[step]
+        opt.zero_grad()
+        logits, state = model(x, state)
+        state = model.detach_state(state)
+        weights = minidl.tensor(rng.uniform(0.5, 1.5, size=logits.shape[0]))
+        loss = (F.cross_entropy(logits, y.reshape(-1), reduction="none") * weights).mean()
+        loss.backward()
+        opt.step()
+        sched.step()
+        step += 1
+        if step == save_at:
+            dist.save_checkpoint(ckpt, model, opt, sched, state={"step": step},
+                                 rank_state={"rng": dist.rng_state(rng), "h": state[0].data, "c": state[1].data})
+    return model.state_dict()
+
+
+def test_checkpoint_resume_is_bitwise(tmp_path):
+    init = initial_state("lm")
+    ckpt = str(tmp_path / "ckpt.npz")
+    straight = collectives.simulate(2, _lm_run, init, ckpt, None, 6)
+    first = collectives.simulate(2, _lm_run, init, ckpt, None, 3, 3)
+    resumed = collectives.simulate(2, _lm_run, init, ckpt, ckpt, 6)
+    for r in range(2):
+        for k in straight[r]:
+            assert resumed[r][k].tobytes() == straight[r][k].tobytes(), (r, k)
+        assert any(not np.array_equal(first[r][k], straight[r][k]) for k in straight[r])
+    # and resuming with the wrong number of ranks is refused on every rank, not a hang
+    with pytest.raises(ValueError, match="written by 2 ranks"):
+        collectives.simulate(3, _lm_run, init, ckpt, ckpt, 6)
+
+
+def test_missing_checkpoint_is_an_error_on_every_rank(tmp_path):
+    def rank_fn(comm):
+        dist.init(comm)
+        try:
+            dist.load_checkpoint(str(tmp_path / "nope.npz"), make_cnn())
+        except FileNotFoundError:
+            return "FileNotFoundError"
+        except ValueError as e:
+            return str(e)
+
+    out = collectives.simulate(2, rank_fn)
+    assert all("no checkpoint" in o for o in out), out
+
+
+# ----------------------------------------------------------------------------- errors
+def test_clear_errors():
+    def rank_fn(comm):
+        dist.init(comm)
+        model = make_cnn()
+        base = optim.SGD(model.parameters(), lr=0.1)
+        with pytest.raises(ValueError, match="algorithm must be one of"):
+            dist.DistributedOptimizer(base, allreduce="butterfly")
+        with pytest.raises(ValueError, match="op must be one of"):
+            dist.DistributedOptimizer(base, op="max")
+        with pytest.raises(ValueError, match="backward_passes_per_step"):
+            dist.DistributedOptimizer(base, backward_passes_per_step=0)
+        with pytest.raises(TypeError, match="wraps a minidl optimizer"):
+            dist.DistributedOptimizer(model)
+        opt = dist.DistributedOptimizer(base)
+        with pytest.raises(ValueError, match="closure"):
+            opt.step(lambda: 0.0)
+        mpi_opt = dist.DistributedOptimizer(base, allreduce="mpi")
+        for p in model.parameters():
+            p.grad = np.zeros_like(p.data)
+        with pytest.raises(TypeError, match="needs an mpi4py communicator"):
+            mpi_opt.step()
+        return True
+
+    assert collectives.simulate(2, rank_fn) == [True, True]
