@@ -1,1 +1,47 @@
-"""MPI collectives written on point-to-point calls, one algorithm per file."""
+"""MPI collectives written on point-to-point calls, one algorithm per file.
+
+    import collectives
+    out = collectives.allreduce(comm, x, op="sum", algorithm="auto")   # new array, same bits on every rank
+    collectives.ring.allreduce(comm, x)            # likewise naive, tree, recursive_doubling, rabenseifner
+    collectives.choose_algorithm(p, nbytes)        # what "auto" picks, and the cost model's predictions
+    results = collectives.simulate(4, fn, *args)   # fn(comm, *args) on 4 in-process ranks; results.messages
+
+``comm`` is anything with mpi4py's buffer-based point-to-point subset (Get_rank, Get_size, Send,
+Recv, Sendrecv, Isend, Irecv): an ``MPI.Comm`` or a simulated one. Only NumPy is needed; mpi4py
+only to run on real MPI. Files: naive, tree (binomial reduce and broadcast), ring (reduce-scatter
+and allgather), recursive_doubling, rabenseifner (recursive halving), pof2 (non-powers of two),
+check (agreement of the ranks), cost (the alpha-beta-gamma model), simulated, bench.
+"""
+
+from collectives import cost, naive, rabenseifner, recursive_doubling, ring, tree
+from collectives.check import MismatchError
+from collectives.common import OPS
+from collectives.cost import ALGORITHMS
+from collectives.dispatch import allgather, allreduce, choose_algorithm, reduce_scatter
+from collectives.naive import gather, scatter
+from collectives.simulated import DeadlockError, SimulatedComm, SimulationResult, simulate
+from collectives.tree import broadcast, reduce
+
+__all__ = [
+    "ALGORITHMS",
+    "OPS",
+    "DeadlockError",
+    "MismatchError",
+    "SimulatedComm",
+    "SimulationResult",
+    "allgather",
+    "allreduce",
+    "broadcast",
+    "choose_algorithm",
+    "cost",
+    "gather",
+    "naive",
+    "rabenseifner",
+    "recursive_doubling",
+    "reduce",
+    "reduce_scatter",
+    "ring",
+    "scatter",
+    "simulate",
+    "tree",
+]

@@ -1,0 +1,193 @@
+"""The alpha-beta-gamma cost model of every allreduce here, and its calibration.
+
+Sending a message of n bytes costs alpha + n beta (Hockney); reducing n bytes costs n gamma. An
+algorithm's time is the cost along its critical path (Thakur, Rabenseifner & Gropp 2005):
+
+    T = rounds * alpha + sent * beta + reduced * gamma
+
+with p ranks, n bytes, L = ceil(log2 p), p' the largest power of two <= p, d = [p != p']:
+
+    algorithm            rounds           sent (x n)                reduced (x n)
+    naive                2 (p - 1)        2 (p - 1)                 p - 1
+    tree                 2 L              2 L                       L
+    ring                 2 (p - 1)        2 (p - 1) / p             (p - 1) / p
+    recursive_doubling   log2 p' + 2d     log2 p' + 2d              log2 p' + d
+    rabenseifner         2 log2 p' + 2d   2 (p' - 1) / p' + 2d      (p' - 1) / p' + d
+
+``calibrate(comm)`` measures alpha and beta by ping-pong between ranks 0 and 1 and gamma by a local
+``np.add``, and gives every rank rank 0's numbers, so that "auto" picks the same algorithm everywhere.
+The model also says how many messages each rank sends and how many bytes cross the wire in
+total; the tests hold the simulator's message record to these numbers.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+# Order breaks ties in choose_algorithm: fewer rounds first.
+ALGORITHMS = ("recursive_doubling", "rabenseifner", "ring", "tree", "naive")
+
+
+@dataclass(frozen=True)
+class CostParams:
+    alpha: float  # seconds per message
+    beta: float  # seconds per byte sent
+    gamma: float  # seconds per byte reduced
+
+    def as_array(self) -> np.ndarray:
+        return np.array([self.alpha, self.beta, self.gamma])
+
+
+# Measured by calibrate() on the 2-core development machine (MPICH shared memory, mpi4py, p = 2).
+DEFAULT = CostParams(alpha=8e-6, beta=2.5e-10, gamma=2.5e-10)
+_params = DEFAULT
+
+
+def get_params() -> CostParams:
+    return _params
+
+
+def set_params(params: CostParams) -> None:
+    """Use ``params`` for "auto" from now on (call it with the same values on every rank)."""
+    global _params
+    _params = params
+
+
+@dataclass(frozen=True)
+class Terms:
+    """What one allreduce costs along its critical path, in units of alpha, beta and gamma."""
+
+    rounds: int
+    sent: float  # bytes
+    reduced: float  # bytes
+
+
+def _log2_pof2(p: int) -> tuple[int, int]:
+    """log2 of the largest power of two <= p, and d = 1 if p is not a power of two."""
+    k = p.bit_length() - 1
+    return k, int(p != 1 << k)
+
+
+def terms(algorithm: str, p: int, nbytes: float) -> Terms:
+    """The alpha, beta and gamma multipliers of ``algorithm`` on p ranks and n bytes (the table above)."""
+    n, k, d = nbytes, *_log2_pof2(p)
+    L = math.ceil(math.log2(p)) if p > 1 else 0
+    if algorithm == "naive":
+        return Terms(2 * (p - 1), 2 * (p - 1) * n, (p - 1) * n)
+    if algorithm == "tree":
+        return Terms(2 * L, 2 * L * n, L * n)
+    if algorithm == "ring":
+        return Terms(2 * (p - 1), 2 * (p - 1) / p * n, (p - 1) / p * n)
+    if algorithm == "recursive_doubling":
+        return Terms(k + 2 * d, (k + 2 * d) * n, (k + d) * n)
+    if algorithm == "rabenseifner":
+        q = 2**k
+        return Terms(2 * k + 2 * d, (2 * (q - 1) / q + 2 * d) * n, ((q - 1) / q + d) * n)
+    raise ValueError(f"unknown algorithm {algorithm!r}: expected one of {', '.join(ALGORITHMS)}")
+
+
+def predict(algorithm: str, p: int, nbytes: float, params: CostParams | None = None) -> float:
+    """Predicted seconds for one allreduce of ``nbytes`` on ``p`` ranks (the agreement check excluded)."""
+    c = params or _params
+    t = terms(algorithm, p, nbytes)
+    return t.rounds * c.alpha + t.sent * c.beta + t.reduced * c.gamma
+
+
+def predict_check(p: int, params: CostParams | None = None, header_bytes: int = 128) -> float:
+    """Predicted seconds of the agreement check: a recursive-doubling allgather of 128-byte headers."""
+    c = params or _params
+    k, d = _log2_pof2(p)
+    return (k + 2 * d) * c.alpha + ((p - 1) + d * (p + 1)) * header_bytes * c.beta
+
+
+def messages_per_rank(algorithm: str, p: int) -> list[int]:
+    """How many messages each rank sends in one allreduce (whatever the size, 0-byte ones included)."""
+    k, d = _log2_pof2(p)
+    rem = p - 2**k
+    if algorithm == "naive":
+        return [p - 1] + [1] * (p - 1)
+    if algorithm == "tree":  # one send up (except the root) plus one per child in the binomial tree
+        def children(r: int) -> int:
+            limit = r & -r if r else p  # children r + 2^j for 2^j below r's lowest set bit
+            return sum(1 for j in range(p.bit_length()) if 2**j < limit and r + 2**j < p)
+        return [int(r != 0) + children(r) for r in range(p)]
+    if algorithm == "ring":
+        return [2 * (p - 1)] * p
+    steps = {"recursive_doubling": k, "rabenseifner": 2 * k}.get(algorithm)
+    if steps is None:
+        raise ValueError(f"unknown algorithm {algorithm!r}: expected one of {', '.join(ALGORITHMS)}")
+    # folded pairs: the even rank sends once (its data); the odd one also hands the result back
+    return [(1 if r % 2 == 0 else steps + 1) if r < 2 * rem else steps for r in range(p)]
+
+
+def total_bytes(algorithm: str, p: int, nbytes: int) -> int:
+    """Bytes sent by all ranks together in one allreduce of ``nbytes`` (exact, whatever the block sizes)."""
+    k, d = _log2_pof2(p)
+    q, rem = 2**k, p - 2**k
+    per_vector = {
+        "naive": 2 * (p - 1),  # p - 1 vectors in, p - 1 out
+        "tree": 2 * (p - 1),  # every edge of the tree carries the vector up once and down once
+        "ring": 2 * (p - 1),  # p (p - 1) blocks in each phase = (p - 1) vectors
+        "recursive_doubling": q * k + 2 * rem,  # q ranks x k steps, plus the fold in and out
+        "rabenseifner": 2 * (q - 1) + 2 * rem,  # step with distance m moves m vectors in total, each way
+    }
+    if algorithm not in per_vector:
+        raise ValueError(f"unknown algorithm {algorithm!r}: expected one of {', '.join(ALGORITHMS)}")
+    return per_vector[algorithm] * nbytes
+
+
+# -- calibration ------------------------------------------------------------------------------------
+def _pingpong(comm: Any, nbytes: int, repeats: int) -> float:
+    """Median one-way time of a ``nbytes`` message between ranks 0 and 1 (half a round trip)."""
+    rank = comm.Get_rank()
+    buf = np.zeros(nbytes, dtype=np.uint8)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        if rank == 0:
+            comm.Send(buf, 1, 0)
+            comm.Recv(buf, 1, 0)
+        else:
+            comm.Recv(buf, 0, 0)
+            comm.Send(buf, 0, 0)
+        times.append((time.perf_counter() - t0) / 2)
+    return float(np.median(times))
+
+
+def _reduction_time(nbytes: int, repeats: int) -> float:
+    """Seconds per byte of np.add(a, b, out=a) on float32 vectors of ``nbytes``."""
+    a, b = np.ones(nbytes // 4, np.float32), np.ones(nbytes // 4, np.float32)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        np.add(a, b, out=a)
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times)) / nbytes
+
+
+def calibrate(comm: Any, large: int = 1 << 22, repeats: int = 30, apply: bool = True) -> CostParams:
+    """Measure alpha, beta (ping-pong of 8 bytes and ``large`` bytes) and gamma (np.add); all ranks get rank 0's.
+
+    A collective call: every rank of ``comm`` must call it. With ``apply``, "auto" uses the result.
+    """
+    from collectives.tree import broadcast_into
+
+    rank, p = comm.Get_rank(), comm.Get_size()
+    values = DEFAULT.as_array()
+    if p >= 2 and rank < 2:
+        _pingpong(comm, 8, 5)  # warm up the connection
+        alpha = _pingpong(comm, 8, repeats * 10)
+        big = _pingpong(comm, large, repeats)
+        values[0], values[1] = alpha, max(big - alpha, 0.0) / large
+    if rank == 0:
+        values[2] = _reduction_time(large, repeats)
+    broadcast_into(comm, values, root=0)
+    params = CostParams(*map(float, values))
+    if apply:
+        set_params(params)
+    return params

@@ -1,0 +1,63 @@
+"""One entry point per collective: ``allreduce(comm, x, op, algorithm="auto")`` and friends.
+
+"auto" does what MPICH does with its size thresholds, but from the cost model: it predicts every
+algorithm's time for this p and message size and takes the fastest. ``choose_algorithm`` shows
+the choice and the predictions. Every rank computes the same choice from the same (p, size,
+parameters); if ranks disagree on the size, the agreement check of the chosen algorithms says so.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from collectives import naive, rabenseifner, recursive_doubling, ring, tree
+from collectives.cost import ALGORITHMS, CostParams, predict
+
+_ALLREDUCE = {
+    "naive": naive.allreduce,
+    "tree": tree.allreduce,
+    "ring": ring.allreduce,
+    "recursive_doubling": recursive_doubling.allreduce,
+    "rabenseifner": rabenseifner.allreduce,
+}
+
+
+def choose_algorithm(p: int, nbytes: int, params: CostParams | None = None) -> tuple[str, dict[str, float]]:
+    """The algorithm "auto" uses for p ranks and ``nbytes`` per rank, and every algorithm's predicted seconds."""
+    times = {name: predict(name, p, nbytes, params) for name in ALGORITHMS}
+    return min(ALGORITHMS, key=times.__getitem__), times
+
+
+def allreduce(comm: Any, x: Any, op: str = "sum", algorithm: str = "auto", check: bool = True) -> np.ndarray:
+    """The elementwise ``op`` ("sum", "prod", "max", "min") of every rank's ``x``, a new array on every rank.
+
+    ``algorithm``: "auto" (chosen by the cost model), "naive", "tree", "ring", "recursive_doubling"
+    or "rabenseifner". ``x`` is never modified; every rank gets bitwise the same result. With
+    ``check=False`` the agreement check on shape/dtype/op is skipped (only when you know they agree).
+    """
+    if algorithm == "auto":
+        algorithm, _ = choose_algorithm(comm.Get_size(), np.asarray(x).nbytes)
+    if algorithm not in _ALLREDUCE:
+        raise ValueError(f"unknown allreduce algorithm {algorithm!r}: expected auto or one of {list(_ALLREDUCE)}")
+    return _ALLREDUCE[algorithm](comm, x, op, check=check)
+
+
+def reduce_scatter(comm: Any, x: Any, op: str = "sum", algorithm: str = "ring") -> np.ndarray:
+    """Block r (np.array_split(·, p) blocks) of the reduction of the flattened ``x``, on rank r.
+
+    ``algorithm``: "ring" or "recursive_halving".
+    """
+    impl = {"ring": ring.reduce_scatter, "recursive_halving": rabenseifner.reduce_scatter}
+    if algorithm not in impl:
+        raise ValueError(f"unknown reduce_scatter algorithm {algorithm!r}: expected 'ring' or 'recursive_halving'")
+    return impl[algorithm](comm, x, op)
+
+
+def allgather(comm: Any, x: Any, algorithm: str = "ring") -> np.ndarray:
+    """Every rank's ``x`` stacked, shape (p, *x.shape), on every rank. ``algorithm``: "ring" or "recursive_doubling"."""
+    impl = {"ring": ring.allgather, "recursive_doubling": recursive_doubling.allgather}
+    if algorithm not in impl:
+        raise ValueError(f"unknown allgather algorithm {algorithm!r}: expected 'ring' or 'recursive_doubling'")
+    return impl[algorithm](comm, x)

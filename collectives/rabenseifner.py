@@ -1,0 +1,94 @@
+"""Rabenseifner's allreduce: a recursive-halving reduce-scatter, then a recursive-doubling allgather.
+
+Recursive halving: in the first step rank r pairs with the rank p/2 away; each keeps one half of
+the vector, sends the other half and adds the half it receives. Then p/4 away on the quarter it
+kept, and so on: after log2 p steps rank r holds block r, reduced. The recursive-doubling
+allgather (pof2.doubling_allgather) brings the blocks back, doubling what is sent each step.
+Non-powers of two: MPICH's fold (pof2.py), p' the largest power of two <= p, d = 1 if p != p'.
+
+Cost, p ranks, n bytes (Rabenseifner 2004; Thakur, Rabenseifner & Gropp 2005):
+    reduce-scatter  log2 p' alpha + (p' - 1)/p' n beta + (p' - 1)/p' n gamma
+    allgather       log2 p' alpha + (p' - 1)/p' n beta
+    allreduce       (2 log2 p' + 2d) alpha + (2 (p' - 1)/p' + 2d) n beta + ((p' - 1)/p' + d) n gamma
+The ring's bandwidth with only 2 log2 p steps: MPICH's choice for long messages. Each block is
+reduced in exactly one place and then copied, so all ranks end with the same bits.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from collectives.check import agree
+from collectives.common import TAG_FOLD, TAG_REDUCE_SCATTER, block_bounds, combine
+from collectives.pof2 import Fold, doubling_allgather, fold_in, fold_out
+
+
+def halving_into(comm: Any, mine: np.ndarray, acc: np.ndarray, f: np.ufunc, seg: list[int], fold: Fold) -> None:
+    """Recursive-halving reduce-scatter among the p' new ranks.
+
+    ``mine`` is this rank's partial vector (x itself, or acc after the fold); segment j is
+    elements seg[j]:seg[j+1]. Afterwards acc[seg[j]:seg[j+1]] on new rank j is segment j reduced
+    over all ranks. Step with distance ``mask``: of the 2*mask segments this rank still holds,
+    the lower new rank of the pair keeps the lower half.
+    """
+    j = fold.newrank
+    lo, hi = 0, fold.pof2  # the segments this rank is still responsible for
+    # The largest half received is the first step's lower half (segments shrink left to right).
+    tmp = np.empty(seg[fold.pof2 // 2] - seg[0], dtype=acc.dtype)
+    mask = fold.pof2 // 2
+    while mask:
+        partner = j ^ mask
+        mid = lo + mask
+        keep, give = ((lo, mid), (mid, hi)) if j < partner else ((mid, hi), (lo, mid))
+        k0, k1, g0, g1 = seg[keep[0]], seg[keep[1]], seg[give[0]], seg[give[1]]
+        peer = fold.rank_of(partner)
+        theirs = tmp[: k1 - k0]
+        comm.Sendrecv(mine[g0:g1], peer, TAG_REDUCE_SCATTER, theirs, peer, TAG_REDUCE_SCATTER)
+        combine(f, mine[k0:k1], theirs, out=acc[k0:k1], theirs_is_lower=partner < j)
+        mine = acc
+        lo, hi = keep
+        mask >>= 1
+
+
+def allreduce(comm: Any, x: Any, op: str = "sum", check: bool = True) -> np.ndarray:
+    """The elementwise ``op`` of every rank's ``x``, as a new array of x's shape on every rank."""
+    shape = np.shape(x)
+    x, f = agree(comm, x, op, "rabenseifner.allreduce", check=check)
+    rank, p = comm.Get_rank(), comm.Get_size()
+    fold = Fold(rank, p)
+    acc = np.empty_like(x)
+    mine = fold_in(comm, x, acc, f, fold)
+    if fold.newrank >= 0:
+        seg = block_bounds(x.size, fold.pof2)
+        halving_into(comm, mine, acc, f, seg, fold)
+        doubling_allgather(comm, acc, seg, fold)
+    fold_out(comm, acc, fold)
+    if p == 1:
+        acc[...] = x
+    return acc.reshape(shape)
+
+
+def reduce_scatter(comm: Any, x: Any, op: str = "sum") -> np.ndarray:
+    """Block r of the reduction of the flattened ``x`` over all ranks, on rank r (recursive halving).
+
+    Blocks split the n elements as np.array_split(·, p) does. Non-powers of two (MPICH): after the
+    fold, new rank i < rem holds the blocks of old ranks 2i and 2i+1, and sends block 2i back.
+    """
+    x, f = agree(comm, x, op, "rabenseifner.reduce_scatter")
+    rank, p = comm.Get_rank(), comm.Get_size()
+    fold, b = Fold(rank, p), block_bounds(x.size, p)
+    acc = np.empty_like(x)
+    mine = fold_in(comm, x, acc, f, fold)
+    if fold.newrank >= 0:
+        seg = [b[fold.first_rank_of(j)] for j in range(fold.pof2)] + [x.size]
+        halving_into(comm, mine, acc, f, seg, fold)
+    if p == 1:
+        acc[...] = x
+    block = acc[b[rank]:b[rank + 1]]
+    if fold.extra and fold.newrank < 0:
+        comm.Recv(block, rank + 1, TAG_FOLD)
+    elif fold.extra:
+        comm.Send(acc[b[rank - 1]:b[rank]], rank - 1, TAG_FOLD)
+    return block.copy()
