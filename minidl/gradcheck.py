@@ -121,7 +121,7 @@ class _Problem:
                 g = np.zeros(args[i].shape)
             if g.shape != args[i].shape:
                 raise GradcheckError(
-                    f"gradcheck: gradient of {self.names[i]} (input {i}) has shape {g.shape}, "
+                    f"gradcheck: gradient of {_describe(self.names[i], i)} has shape {g.shape}, "
                     f"the input has shape {args[i].shape}",
                     input_index=i, input_name=self.names[i], index=None, analytic=np.nan, numeric=np.nan)
             grads[i] = np.asarray(g, dtype=np.float64)
@@ -138,11 +138,15 @@ class _Problem:
 def _mismatch(p: _Problem, i: int, index: Any, analytic: float, numeric: float, atol: float, rtol: float,
               what: str) -> GradcheckError:
     msg = (
-        f"gradcheck failed for {p.names[i]} (input {i}, shape {p.values[i].shape}) {what}: "
+        f"gradcheck failed for {_describe(p.names[i], i)}, shape {p.values[i].shape}, {what}: "
         f"analytic {analytic:.10g}, numeric {numeric:.10g}, difference {abs(analytic - numeric):.3g} "
         f"> atol {atol:g} + rtol {rtol:g} * |numeric|"
     )
     return GradcheckError(msg, input_index=i, input_name=p.names[i], index=index, analytic=analytic, numeric=numeric)
+
+
+def _describe(name: str, i: int) -> str:
+    return name if name == f"input {i}" else f"{name!r} (input {i})"
 
 
 def _close(a: float, n: float, atol: float, rtol: float) -> bool:
