@@ -20,14 +20,19 @@ def check_algorithm(algorithm: str) -> str:
     return algorithm
 
 
-def allreduce(comm: Any, x: np.ndarray, algorithm: str = "ring", op: str = "sum") -> np.ndarray:
-    """The elementwise ``op`` of ``x`` over all ranks of ``comm``, as a new array on every rank."""
+def allreduce(comm: Any, x: np.ndarray, algorithm: str = "ring", op: str = "sum", check: bool = True) -> np.ndarray:
+    """The elementwise ``op`` of ``x`` over all ranks of ``comm``, as a new array on every rank.
+
+    ``check``: first make sure every rank passes the same shape, dtype and op (one small extra
+    message round; a clear error instead of a hang or a wrong sum). Skip it only for a layout already
+    checked, as the DistributedOptimizer does after its first step.
+    """
     check_algorithm(algorithm)
     if algorithm == "mpi":
         return _mpi_allreduce(comm, x, op)
     import collectives
 
-    return collectives.allreduce(comm, x, op=op, algorithm=algorithm)
+    return collectives.allreduce(comm, x, op=op, algorithm=algorithm, check=check)
 
 
 def _mpi_allreduce(comm: Any, x: np.ndarray, op: str) -> np.ndarray:

@@ -3,9 +3,8 @@
 Data parallelism keeps P replicas of one model in step; they must start identical (and after a
 resume, identical to the checkpoint), so the root's state is broadcast before training. The state
 goes as one byte buffer (``wire.encode``: a JSON header plus the raw array bytes) through
-``collectives.broadcast``, a binomial tree of buffer-based Send/Recv, never pickle.
-
-A state travels in two broadcasts: its length (8 bytes), then the bytes. The receivers check it
+``collectives.broadcast``, a binomial tree of buffer-based Send/Recv, never pickle (the buffer's
+length travels first, in the broadcast's agreement check). The receivers check it
 against their own layout with ``load_state_dict`` (strict), so replicas built differently on
 different ranks give an error naming the mismatched keys instead of silently diverging.
 """
@@ -25,17 +24,13 @@ _TAG = 7301  # point-to-point tag of gather/scatter of states (clear of the coll
 
 
 def broadcast_buffer(buf: np.ndarray | None, root: int = 0, comm: Any = None) -> np.ndarray:
-    """The root's ``uint8`` buffer on every rank (others pass None: the length is sent first)."""
+    """The root's 1-D ``uint8`` buffer on every rank (the others pass None: its size comes along)."""
     import collectives
 
     comm = get_comm(comm)
     if comm.Get_size() == 1:
         return buf
-    is_root = comm.Get_rank() == root
-    length = np.array([buf.size if is_root else 0], dtype=np.int64)
-    length = collectives.broadcast(comm, length, root=root)
-    data = buf if is_root else np.zeros(int(length[0]), dtype=np.uint8)
-    return collectives.broadcast(comm, data, root=root)
+    return collectives.broadcast(comm, buf if comm.Get_rank() == root else None, root=root)
 
 
 def broadcast_state(tree: Any, root: int = 0, comm: Any = None) -> Any:

@@ -100,6 +100,7 @@ class DistributedOptimizer(Optimizer):
         self._planned_for: tuple[int, ...] = ()
         self._passes = 0  # step() calls since the last update
         self._synchronized = False
+        self._layout_checked = False  # have the ranks confirmed they pack the same buckets?
         self._plan()
         self.timings.restart()
 
@@ -138,6 +139,7 @@ class DistributedOptimizer(Optimizer):
         params = self._params()
         self.buckets = plan_buckets(params, self.fusion_bytes)
         self._planned_for = tuple(id(p) for p in params)
+        self._layout_checked = False
 
     # -- accumulation
     @property
@@ -185,10 +187,10 @@ class DistributedOptimizer(Optimizer):
                 now = time.perf_counter()
                 self.timings.add("wait", now - start)
                 start = now
-            for bucket in self.buckets:
-                wire = _compression.compress(pack(bucket), self.compression)
-                reduced = allreduce(self.comm, wire, self.algorithm, "sum")
-                unpack(bucket, _compression.decompress(reduced, bucket.dtype), scale)
+            # the first exchange checks that every rank packs the same sizes and dtypes; later ones need not
+            allreduce_buckets(self.buckets, self.comm, self.algorithm, scale, self.compression,
+                              check=not self._layout_checked)
+            self._layout_checked = True
         self.timings.add("communication", time.perf_counter() - start)
         self.timings.restart()
         self._synchronized = True
@@ -222,16 +224,23 @@ class DistributedOptimizer(Optimizer):
         )
 
 
+def allreduce_buckets(buckets: list[Bucket], comm: Any, algorithm: str, scale: float,
+                      compression: str | None = None, check: bool = True) -> None:
+    """For each bucket: pack the gradients, compress, allreduce (sum), decompress, unpack times ``scale``."""
+    for bucket in buckets:
+        wire = _compression.compress(pack(bucket), compression)
+        reduced = allreduce(comm, wire, algorithm, "sum", check=check)
+        unpack(bucket, _compression.decompress(reduced, bucket.dtype), scale)
+
+
 def average_gradients(params: list[Tensor], algorithm: str = "ring", comm: Any = None) -> None:
     """Average ``p.grad`` over the ranks for each parameter, in place: one fused allreduce, no optimizer.
 
     The functional core of ``DistributedOptimizer`` for loops that update parameters themselves.
     """
     comm = get_comm(comm)
-    size = comm.Get_size()
-    for bucket in plan_buckets(params, DEFAULT_FUSION_BYTES):
-        reduced = allreduce(comm, pack(bucket), algorithm, "sum") if size > 1 else pack(bucket).copy()
-        unpack(bucket, reduced, 1.0 / size)
+    if comm.Get_size() > 1:
+        allreduce_buckets(plan_buckets(params, DEFAULT_FUSION_BYTES), comm, algorithm, 1.0 / comm.Get_size())
 
 
-__all__ = ["DistributedOptimizer", "average_gradients", "DEFAULT_FUSION_BYTES"]
+__all__ = ["DistributedOptimizer", "allreduce_buckets", "average_gradients", "DEFAULT_FUSION_BYTES"]

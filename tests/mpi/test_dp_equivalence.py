@@ -1,0 +1,56 @@
+"""Under mpiexec -n P: P ranks with batch b take the same steps as one process with batch P*b.
+
+Every rank also computes the single-process reference itself (the models are tiny), so each rank
+checks its own replica. float64, 1e-8 relative, for the LSTM LM, the CNN and the CNN with
+SyncBatchNorm, with every allreduce algorithm and MPI's own.
+"""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the serial tests' helpers
+
+from test_distributed_equivalence import (  # noqa: E402
+    MODELS,
+    STEPS,
+    assert_same_state,
+    initial_state,
+    train,
+)
+
+import minidl  # noqa: E402
+import minidl.distributed as dist  # noqa: E402
+
+ALGORITHMS = ["ring", "tree", "naive", "recursive_doubling", "rabenseifner", "auto", "mpi"]
+
+
+@pytest.fixture(autouse=True)
+def float64():
+    minidl.set_default_dtype(np.float64)
+
+
+@pytest.mark.parametrize("kind", sorted(MODELS))
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_data_parallel_equals_big_batch(comm, kind, algorithm):
+    P = comm.Get_size()
+    init = initial_state(kind)
+    want = train(kind, init, STEPS, world=P)
+    got = train(kind, init, STEPS, comm, algorithm, world=P)
+    assert_same_state(got, want, what=f"rank {comm.Get_rank()}, {kind}, {algorithm}, P={P}: ")
+    # the replicas are bitwise identical: compare every rank's bytes with rank 0's
+    for k, v in got.items():
+        root = v.copy()
+        comm.Bcast(root, root=0)
+        assert root.tobytes() == v.tobytes(), f"rank {comm.Get_rank()} differs from rank 0 in {k}"
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "mpi"])
+def test_fp16_compression_stays_close(comm, algorithm):
+    init = initial_state("cnn")
+    want = train("cnn", init, 1, world=comm.Get_size())
+    got = train("cnn", init, 1, comm, algorithm, world=comm.Get_size(), compression="fp16")
+    assert_same_state(got, want, rtol=5e-3)
+    dist.barrier()
