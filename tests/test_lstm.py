@@ -6,7 +6,7 @@ import pytest
 import minidl
 from minidl import nn
 from minidl.nn.rnn import lstm_cell
-from minidl.ops.lstm import LSTMFunction, gate_order
+from minidl.ops.lstm import LSTMFunction, from_internal, to_internal
 from minidl.random import manual_seed
 
 
@@ -105,10 +105,12 @@ def test_lstmcell_module_uses_its_parameters(rng):
     assert [n for n, _ in cell.named_parameters()] == ["weight_ih", "weight_hh", "bias_ih", "bias_hh"]
 
 
-def test_gate_order_is_a_permutation():
-    perm = gate_order(3)
-    assert sorted(perm) == list(range(12))
-    np.testing.assert_array_equal(perm[:3], [9, 10, 11])  # o first (PyTorch rows 3H..4H)
+def test_internal_gate_order_round_trips():
+    w = np.arange(12 * 2).reshape(12, 2)  # H = 3: PyTorch rows i 0-2, f 3-5, g 6-8, o 9-11
+    internal = to_internal(w)
+    np.testing.assert_array_equal(internal[:3, 0], [18, 20, 22])  # o first
+    np.testing.assert_array_equal(internal[3:, 0], w[:9, 0])  # then i, f, g
+    np.testing.assert_array_equal(from_internal(internal), w)
 
 
 def test_float32_in_float32_out(rng):

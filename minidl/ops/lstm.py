@@ -29,8 +29,8 @@ and, once for the whole sequence (stacking the T steps as T*B rows)::
 Speed (this is the inner loop of the language model):
   * the input projection of all T steps is ONE matmul [T*B, I] x [I, 4H]; each step adds one
     [B, H] x [H, 4H] matmul. The weight gradients are one matmul each at the end.
-  * internally the gate rows are reordered to (o, i, f, g): the three sigmoid gates are one
-    contiguous slice and the three gates multiplied by dc (i, f, g) are another.
+  * internally the gate rows are rotated by one gate to (o, i, f, g): the three sigmoid gates are
+    one contiguous slice and the three gates multiplied by dc (i, f, g) are another.
   * sigma(a) = 0.5 tanh(a / 2) + 0.5, and the 1/2 is folded into the sigmoid rows of the
     weights, so a single tanh over all 4H columns activates every gate.
   * all buffers are preallocated per call; the loops use in-place ufuncs (``out=``). The
@@ -45,11 +45,15 @@ import numpy as np
 from minidl.tensor import Function
 
 
-def gate_order(hidden_size: int) -> np.ndarray:
-    """Row permutation from PyTorch's gate order (i, f, g, o) to the internal one (o, i, f, g)."""
-    H = hidden_size
-    i, f, g, o = (np.arange(k * H, (k + 1) * H) for k in range(4))
-    return np.concatenate([o, i, f, g])
+def to_internal(a: np.ndarray) -> np.ndarray:
+    """Gate blocks (rows of [4H, ...]) from PyTorch's order (i, f, g, o) to the internal (o, i, f, g):
+    a rotation by one gate, so a copy of two contiguous blocks."""
+    return np.roll(a, a.shape[0] // 4, axis=0)
+
+
+def from_internal(a: np.ndarray) -> np.ndarray:
+    """The inverse of ``to_internal``: (o, i, f, g) -> (i, f, g, o)."""
+    return np.roll(a, -(a.shape[0] // 4), axis=0)
 
 
 def _check_inputs(x, h0, c0, w_ih, w_hh, biases) -> None:
@@ -86,18 +90,17 @@ class LSTMFunction(Function):
         T, B, I = x.shape
         H = h0.shape[1]
         dt = x.dtype
-        perm = gate_order(H)
         # sigma(a) = 0.5 tanh(a/2) + 0.5: halve the sigmoid rows (o, i, f) so one tanh serves all gates.
         scale = np.ones((4 * H, 1), dt)
         scale[: 3 * H] = 0.5
-        w_ih_s = w_ih[perm] * scale
+        w_ih_s = to_internal(w_ih) * scale
         # [H, 4H], contiguous: a transposed view would make each small step matmul ~2x slower.
-        w_hh_sT = np.ascontiguousarray((w_hh[perm] * scale).T)
+        w_hh_sT = np.ascontiguousarray((to_internal(w_hh) * scale).T)
 
         # act[t] holds the pre-activations, then (in place) the gate values o, i, f, g.
         act = (x.reshape(T * B, I) @ w_ih_s.T).reshape(T, B, 4 * H)
         if biases:
-            act += (biases[0] + biases[1])[perm] * scale[:, 0]
+            act += to_internal(biases[0] + biases[1]) * scale[:, 0]
         hs = np.empty((T + 1, B, H), dt)  # h_0..h_T; out is hs[1:]
         cs = np.empty((T + 1, B, H), dt)  # c_0..c_T
         tanh_c = np.empty((T, B, H), dt)
@@ -121,14 +124,13 @@ class LSTMFunction(Function):
             np.tanh(c, out=tanh_c[t])
             np.multiply(o, tanh_c[t], out=hs[t + 1])  # h_t = o tanh(c_t)
         self.save_for_backward(x, w_ih, w_hh, act, hs, cs, tanh_c)
-        self.perm, self.n_bias = perm, len(biases)
+        self.n_bias = len(biases)
         return hs[1:], hs[T].copy(), cs[T].copy()
 
     def backward(self, dout, dhT, dcT):
         x, w_ih, w_hh, act, hs, cs, tanh_c = self.saved_tensors
         T, B, I = x.shape
         H = hs.shape[2]
-        perm = self.perm
         act4 = act.reshape(T, B, 4, H)
         o, i, f, g = act4[:, :, 0], act4[:, :, 1], act4[:, :, 2], act4[:, :, 3]
 
@@ -142,7 +144,7 @@ class LSTMFunction(Function):
         np.multiply(f * (1 - f), cs[:-1], out=k_ifg[:, :, 1])
         np.multiply(1 - g * g, i, out=k_ifg[:, :, 2])
 
-        w_hh_int = w_hh[perm]  # [4H, H]: dh_{t-1} = da_t @ w_hh_int
+        w_hh_int = to_internal(w_hh)  # [4H, H]: dh_{t-1} = da_t @ w_hh_int
         da = np.empty((T, B, 4 * H), act.dtype)
         da4 = da.reshape(T, B, 4, H)
         dh_next = np.array(dhT, copy=True)
@@ -158,15 +160,14 @@ class LSTMFunction(Function):
             dc *= f[t]  # now dc_{t-1}
             np.matmul(da[t], w_hh_int, out=dh_next)  # now dh_{t-1} (less dout[t-1])
 
-        inv = np.argsort(perm)  # internal (o, i, f, g) rows back to PyTorch's (i, f, g, o)
         da2 = da.reshape(T * B, 4 * H)
         need = self.needs_input_grad
-        dx = (da2 @ w_ih[perm]).reshape(T, B, I) if need[0] else None
-        dw_ih = (da2.T @ x.reshape(T * B, I))[inv] if need[3] else None
-        dw_hh = (da2.T @ hs[:-1].reshape(T * B, H))[inv] if need[4] else None
+        dx = (da2 @ to_internal(w_ih)).reshape(T, B, I) if need[0] else None
+        dw_ih = from_internal(da2.T @ x.reshape(T * B, I)) if need[3] else None
+        dw_hh = from_internal(da2.T @ hs[:-1].reshape(T * B, H)) if need[4] else None
         grads = [dx, dh_next, dc, dw_ih, dw_hh]
         if self.n_bias:
-            db = da2.sum(axis=0)[inv]
+            db = from_internal(da2.sum(axis=0))
             grads += [db if need[5] else None, db.copy() if need[6] else None]
         return tuple(grads)
 
