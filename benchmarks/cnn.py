@@ -1,0 +1,178 @@
+"""Images/s of one ResNet-20 training step on 32x32x3 images: minidl vs PyTorch CPU, one thread each.
+
+The model is He et al.'s CIFAR ResNet-20 (3 stages of 3 BasicBlocks, widths 16/32/64, batch norm,
+1x1 projection shortcuts), ``minidl.nn.resnet(20)``; PyTorch runs the same architecture
+(tests/torch_reference.py, identical module names and shapes, initialized from minidl's state_dict).
+A step is what training does:
+
+    forward, F.cross_entropy over [B, 10] logits, backward, SGD(lr=0.1, momentum=0.9).step()
+
+Each framework runs in its own subprocess (so peak RSS is its own) with OMP/OpenBLAS/MKL threads = 1
+and ``torch.set_num_threads(1)``. Prints images/s of both, the ratio and peak RSS.
+
+    python benchmarks/cnn.py                    # batch 64, both frameworks
+    python benchmarks/cnn.py --batch 128 --steps 20
+    python benchmarks/cnn.py --quick            # a few small steps (CI smoke run)
+    python benchmarks/cnn.py --profile          # minidl only, with a cProfile of the step
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_var] = "1"  # before NumPy / torch load their BLAS
+
+import numpy as np  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+def _batches(batch: int, n: int, image: int) -> tuple[np.ndarray, np.ndarray]:
+    """n batches of random images [B, 3, S, S] and labels (speed does not depend on the values)."""
+    rng = np.random.default_rng(0)
+    return (rng.standard_normal((n, batch, 3, image, image), dtype=np.float32),
+            rng.integers(0, 10, size=(n, batch)))
+
+
+def _minidl_model(depth: int):
+    import minidl
+    from minidl import nn
+
+    minidl.manual_seed(0)
+    return nn.resnet(depth, num_classes=10)
+
+
+def _timed(step, warmup: int, steps: int, profile: bool = False) -> tuple[float, float]:
+    """Run warmup then timed steps; return (seconds, last loss)."""
+    for i in range(warmup):
+        step(i)
+    prof = None
+    if profile:
+        import cProfile
+
+        prof = cProfile.Profile()
+        prof.enable()
+    t0 = time.perf_counter()
+    for i in range(warmup, warmup + steps):
+        loss = step(i)
+    elapsed = time.perf_counter() - t0
+    if prof is not None:
+        import pstats
+
+        prof.disable()
+        pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(25)
+    return elapsed, loss
+
+
+def run_minidl(args) -> float:
+    import minidl
+    import minidl.nn.functional as F
+    from minidl import optim
+
+    model = _minidl_model(args.depth)
+    opt = optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    xs, ys = _batches(args.batch, args.warmup + args.steps, args.image)
+
+    def step(i: int) -> float:
+        loss = F.cross_entropy(model(minidl.tensor(xs[i])), ys[i])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    return _timed(step, args.warmup, args.steps, args.profile)
+
+
+def run_torch(args) -> float:
+    import torch
+
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from torch_reference import TorchResNet
+
+    torch.set_num_threads(1)
+    model = TorchResNet(args.depth, num_classes=10)
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in _minidl_model(args.depth).state_dict().items()})
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    xs, ys = _batches(args.batch, args.warmup + args.steps, args.image)
+    xs, ys = torch.from_numpy(xs), torch.from_numpy(ys)
+
+    def step(i: int) -> float:
+        loss = torch.nn.functional.cross_entropy(model(xs[i]), ys[i])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    return _timed(step, args.warmup, args.steps)
+
+
+def _child(args) -> None:
+    elapsed, loss = (run_minidl if args.child == "minidl" else run_torch)(args)
+    print(json.dumps({"impl": args.child, "images_per_s": args.steps * args.batch / elapsed,
+                      "ms_per_step": 1e3 * elapsed / args.steps, "loss": loss, "peak_rss_mb": _peak_rss_mb()}))
+
+
+def _spawn(impl: str, args) -> dict | None:
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", impl, "--batch", str(args.batch),
+           "--steps", str(args.steps), "--warmup", str(args.warmup), "--depth", str(args.depth),
+           "--image", str(args.image)] + (["--profile"] if args.profile else [])
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.stderr:
+        sys.stderr.write(proc.stderr)
+    if proc.returncode != 0:
+        print(f"{impl}: failed (exit {proc.returncode})", file=sys.stderr)
+        return None
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--steps", type=int, default=10, help="timed training steps")
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--depth", type=int, default=20, help="ResNet depth, 6n + 2")
+    parser.add_argument("--image", type=int, default=32, help="image side in pixels")
+    parser.add_argument("--quick", action="store_true", help="batch 8, 2 steps: a smoke run")
+    parser.add_argument("--profile", action="store_true", help="cProfile the minidl step (minidl only)")
+    parser.add_argument("--child", choices=["minidl", "torch"], help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.quick or os.environ.get("MINIDL_QUICK") == "1":
+        args.batch, args.steps, args.warmup = min(args.batch, 8), min(args.steps, 2), 1
+    if args.child:
+        _child(args)
+        return
+    print(f"ResNet-{args.depth} on {args.image}x{args.image}x3, batch {args.batch}, SGD momentum 0.9; "
+          f"{args.steps} timed steps after {args.warmup} warm-up, 1 thread")
+    results = {"minidl": _spawn("minidl", args)}
+    try:
+        import torch  # noqa: F401
+
+        have_torch = not args.profile
+    except ImportError:
+        have_torch = False
+        print("PyTorch not installed: timing minidl only")
+    if have_torch:
+        results["torch"] = _spawn("torch", args)
+    for name, r in results.items():
+        if r:
+            print(f"{name:>7}: {r['images_per_s']:8.1f} images/s  {r['ms_per_step']:7.1f} ms/step  "
+                  f"peak RSS {r['peak_rss_mb']:6.0f} MB  (last loss {r['loss']:.3f})")
+    if results.get("minidl") and results.get("torch"):
+        ratio = results["minidl"]["images_per_s"] / results["torch"]["images_per_s"]
+        print(f"  ratio: minidl / torch = {ratio:.2f}x images/s (target >= 0.6x)")
+
+
+if __name__ == "__main__":
+    main()

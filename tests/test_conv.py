@@ -1,0 +1,154 @@
+"""Conv2d (im2col + one matmul) against a direct loop, im2col/col2im adjointness, pooling; gradchecks."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import minidl
+import minidl.nn.functional as F
+from minidl import nn
+from minidl.nn.im2col import col2im, im2col
+
+
+def conv2d_direct(x, w, b, stride, padding):
+    """The definition, one output pixel at a time:
+    out[n, o, i, j] = b[o] + sum(x_pad[n, :, s*i:s*i+kh, s*j:s*j+kw] * w[o])."""
+    (sh, sw), (ph, pw) = stride, padding
+    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    n, _, hp, wp = xp.shape
+    o, _, kh, kw = w.shape
+    oh, ow = (hp - kh) // sh + 1, (wp - kw) // sw + 1
+    out = np.zeros((n, o, oh, ow))
+    for i in range(oh):
+        for j in range(ow):
+            patch = xp[:, :, i * sh:i * sh + kh, j * sw:j * sw + kw]
+            out[:, :, i, j] = np.tensordot(patch, w, axes=([1, 2, 3], [1, 2, 3]))
+    return out if b is None else out + b[None, :, None, None]
+
+
+def pool_direct(x, k, s, p, reduce, pad_value):
+    xp = np.pad(x, ((0, 0), (0, 0), (p[0], p[0]), (p[1], p[1])), constant_values=pad_value)
+    oh, ow = (xp.shape[2] - k[0]) // s[0] + 1, (xp.shape[3] - k[1]) // s[1] + 1
+    out = np.zeros(x.shape[:2] + (oh, ow))
+    for i in range(oh):
+        for j in range(ow):
+            out[:, :, i, j] = reduce(xp[:, :, i * s[0]:i * s[0] + k[0], j * s[1]:j * s[1] + k[1]], axis=(2, 3))
+    return out
+
+
+CONV_CASES = [  # (N, C, H, W, O, kernel, stride, padding, bias)
+    (2, 3, 5, 5, 4, (3, 3), (1, 1), (1, 1), True),
+    (2, 2, 7, 6, 3, (3, 3), (2, 2), (1, 1), True),   # stride 2
+    (1, 2, 6, 7, 2, (2, 3), (1, 2), (0, 1), False),  # non-square kernel, stride and padding; no bias
+    (3, 1, 4, 4, 2, (1, 1), (2, 2), (0, 0), False),  # 1x1 projection shortcut
+    (1, 2, 5, 4, 2, (5, 4), (1, 1), (0, 0), True),   # kernel = whole image
+]
+
+
+@pytest.mark.parametrize("case", CONV_CASES)
+def test_conv_matches_direct_loop(rng, case):
+    n, c, h, w, o, k, s, p, bias = case
+    x, wt = rng.standard_normal((n, c, h, w)), rng.standard_normal((o, c) + k)
+    b = rng.standard_normal(o) if bias else None
+    ours = F.conv2d(minidl.tensor(x), minidl.tensor(wt), None if b is None else minidl.tensor(b), s, p)
+    np.testing.assert_allclose(ours.data, conv2d_direct(x, wt, b, s, p), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("case", CONV_CASES)
+def test_conv_gradcheck(rng, case):
+    n, c, h, w, o, k, s, p, bias = case
+    x, wt = rng.standard_normal((n, c, h, w)), rng.standard_normal((o, c) + k)
+    if bias:
+        assert minidl.gradcheck(lambda x, w, b: F.conv2d(x, w, b, s, p), [x, wt, rng.standard_normal(o)])
+    else:
+        assert minidl.gradcheck(lambda x, w: F.conv2d(x, w, None, s, p), [x, wt])
+
+
+@settings(max_examples=25)
+@given(h=st.integers(3, 7), w=st.integers(3, 7), kh=st.integers(1, 3), kw=st.integers(1, 3),
+       sh=st.integers(1, 3), sw=st.integers(1, 3), ph=st.integers(0, 1), pw=st.integers(0, 1), seed=st.integers(0, 99))
+def test_col2im_is_the_adjoint_of_im2col(h, w, kh, kw, sh, sw, ph, pw, seed):
+    """<im2col(x), c> == <x, col2im(c)> for all x, c: col2im is the exact transpose (what backward needs)."""
+    r = np.random.default_rng(seed)
+    x = r.standard_normal((2, 2, h, w))
+    cols = im2col(x, (kh, kw), (sh, sw), (ph, pw))
+    c = r.standard_normal(cols.shape)
+    back = col2im(c, x.shape, (sh, sw), (ph, pw))
+    assert back.shape == x.shape
+    np.testing.assert_allclose(np.sum(cols * c), np.sum(x * back), rtol=1e-10)
+
+
+def test_conv_module_and_errors(rng):
+    conv = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+    assert conv.weight.shape == (8, 3, 3, 3) and conv.bias.shape == (8,)
+    assert conv(minidl.zeros(2, 3, 32, 32)).shape == (2, 8, 16, 16)
+    assert [n for n, _ in nn.Conv2d(3, 8, 3, bias=False).named_parameters()] == ["weight"]
+    with pytest.raises(ValueError, match=r"expected input \[N, 3, H, W\]"):
+        conv(minidl.zeros(2, 4, 8, 8))
+    with pytest.raises(ValueError, match="smaller than the kernel"):
+        nn.Conv2d(3, 8, 5)(minidl.zeros(1, 3, 3, 3))
+    with pytest.raises(TypeError, match="dtype"):
+        conv(minidl.zeros(1, 3, 8, 8, dtype=np.float64))
+    with pytest.raises(ValueError, match="kernel_size must be an int or a pair"):
+        nn.Conv2d(3, 8, (3, 3, 3))
+
+
+# ---------------------------------------------------------------- pooling
+POOL_CASES = [  # (kernel, stride, padding)
+    ((2, 2), None, (0, 0)),      # non-overlapping
+    ((3, 3), (1, 1), (1, 1)),    # overlapping, padded
+    ((3, 2), (2, 1), (1, 0)),    # non-square, overlapping rows
+]
+
+
+@pytest.mark.parametrize("k,s,p", POOL_CASES)
+def test_pools_match_direct_loop(rng, k, s, p):
+    x = rng.standard_normal((2, 3, 6, 5))
+    stride = s or k
+    np.testing.assert_allclose(F.max_pool2d(minidl.tensor(x), k, s, p).data,
+                               pool_direct(x, k, stride, p, np.max, -np.inf))
+    np.testing.assert_allclose(F.avg_pool2d(minidl.tensor(x), k, s, p).data,
+                               pool_direct(x, k, stride, p, np.mean, 0.0), rtol=1e-12)
+
+
+@pytest.mark.parametrize("k,s,p", POOL_CASES)
+def test_pools_gradcheck(rng, k, s, p):
+    # Distinct values spaced well apart: no ties, so max pooling is differentiable at the point.
+    x = rng.permutation(2 * 2 * 6 * 5).reshape(2, 2, 6, 5) * 0.1
+    assert minidl.gradcheck(lambda x: F.max_pool2d(x, k, s, p), [x])
+    assert minidl.gradcheck(lambda x: F.avg_pool2d(x, k, s, p), [x])
+    assert minidl.gradcheck(lambda x: F.avg_pool2d(x, k, s, p, count_include_pad=False), [x])
+
+
+def test_max_pool_ties_route_gradient_to_first_max():
+    x = minidl.tensor(np.ones((1, 1, 2, 4)), requires_grad=True)  # every window is a tie
+    F.max_pool2d(x, 2).sum().backward()
+    np.testing.assert_array_equal(x.grad[0, 0], [[1, 0, 1, 0], [0, 0, 0, 0]])
+    # Overlapping windows whose maximum is the same pixel: that pixel collects both gradients.
+    y = minidl.tensor(np.array([[[[0.0, 5.0, 1.0], [2.0, 3.0, 4.0]]]]), requires_grad=True)
+    F.max_pool2d(y, (2, 2), stride=1).sum().backward()
+    np.testing.assert_array_equal(y.grad[0, 0], [[0, 2, 0], [0, 0, 0]])
+
+
+@pytest.mark.parametrize("out", [1, 2, (3, 2)])
+def test_adaptive_avg_pool(rng, out):
+    x = rng.standard_normal((2, 3, 7, 5))
+    y = F.adaptive_avg_pool2d(minidl.tensor(x), out).data
+    o = (out, out) if isinstance(out, int) else out
+    assert y.shape == (2, 3) + o
+    if o == (1, 1):
+        np.testing.assert_allclose(y[..., 0, 0], x.mean(axis=(2, 3)))
+        np.testing.assert_allclose(F.global_avg_pool2d(minidl.tensor(x)).data, x.mean(axis=(2, 3)))
+    assert minidl.gradcheck(lambda x: F.adaptive_avg_pool2d(x, out), [x])
+
+
+def test_pool_modules_and_errors():
+    x = minidl.zeros(2, 3, 8, 8)
+    assert nn.MaxPool2d(2)(x).shape == (2, 3, 4, 4)
+    assert nn.AvgPool2d(3, stride=2, padding=1)(x).shape == (2, 3, 4, 4)
+    assert nn.AdaptiveAvgPool2d(1)(x).shape == (2, 3, 1, 1)
+    with pytest.raises(ValueError, match="at most half the kernel"):
+        nn.MaxPool2d(2, padding=2)
+    with pytest.raises(ValueError, match="4-D input"):
+        nn.MaxPool2d(2)(minidl.zeros(3, 8, 8))

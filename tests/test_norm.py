@@ -1,0 +1,122 @@
+"""BatchNorm1d/2d: gradchecks in train and eval mode, running statistics, the reduce hook (SyncBatchNorm's seam)."""
+
+import numpy as np
+import pytest
+
+import minidl
+import minidl.nn.functional as F
+from minidl import nn
+from minidl.nn.norm import batch_moments, batch_norm_train
+
+
+def _bn_fn(module):
+    """fn(x, weight, bias) running module in its current mode with the given parameters (for gradcheck)."""
+    def fn(x, w, b):
+        module.weight, module.bias = w, b
+        return module(x)
+    return fn
+
+
+@pytest.mark.parametrize("cls,shape", [(nn.BatchNorm1d, (5, 3)), (nn.BatchNorm1d, (3, 2, 4)),
+                                       (nn.BatchNorm2d, (3, 2, 3, 2))])
+def test_batchnorm_train_gradcheck(rng, cls, shape):
+    minidl.set_default_dtype(np.float64)
+    bn = cls(shape[1])
+    x = rng.standard_normal(shape) * 2 + 1
+    w, b = rng.standard_normal(shape[1]), rng.standard_normal(shape[1])
+    assert minidl.gradcheck(_bn_fn(bn), [x, w, b])
+
+
+def test_batchnorm_without_affine_gradcheck(rng):
+    minidl.set_default_dtype(np.float64)
+    bn = nn.BatchNorm2d(3, affine=False)
+    assert [n for n, _ in bn.named_parameters()] == []
+    assert minidl.gradcheck(lambda x: bn(x), [rng.standard_normal((2, 3, 2, 2))])
+
+
+def test_batchnorm_eval_gradcheck(rng):
+    minidl.set_default_dtype(np.float64)
+    bn = nn.BatchNorm2d(2)
+    bn.running_mean[...] = [0.5, -1.0]
+    bn.running_var[...] = [2.0, 0.3]
+    bn.eval()
+    assert minidl.gradcheck(_bn_fn(bn), [rng.standard_normal((3, 2, 2, 2)), rng.standard_normal(2),
+                                         rng.standard_normal(2)])
+
+
+def test_batchnorm_forward_and_running_stats(rng):
+    minidl.set_default_dtype(np.float64)
+    bn = nn.BatchNorm2d(3, momentum=0.2)
+    x = rng.standard_normal((4, 3, 5, 5)) * 3 + 2
+    y = bn(minidl.tensor(x)).data
+    mean, var = x.mean(axis=(0, 2, 3)), x.var(axis=(0, 2, 3))
+    expect = (x - mean[:, None, None]) / np.sqrt(var[:, None, None] + 1e-5)
+    np.testing.assert_allclose(y, expect, rtol=1e-9, atol=1e-10)
+    np.testing.assert_allclose(bn.running_mean, 0.2 * mean)
+    np.testing.assert_allclose(bn.running_var, 0.8 + 0.2 * x.var(axis=(0, 2, 3), ddof=1))  # unbiased
+    assert int(bn.num_batches_tracked) == 1
+    bn.eval()
+    y_eval = bn(minidl.tensor(x)).data
+    np.testing.assert_allclose(y_eval, (x - bn.running_mean[:, None, None]) /
+                               np.sqrt(bn.running_var[:, None, None] + 1e-5), rtol=1e-10)
+    assert int(bn.num_batches_tracked) == 1  # eval does not update
+    assert list(bn.state_dict()) == ["weight", "bias", "running_mean", "running_var", "num_batches_tracked"]
+
+
+def test_cumulative_average_and_no_running_stats(rng):
+    minidl.set_default_dtype(np.float64)
+    bn = nn.BatchNorm1d(2, momentum=None)
+    xs = [rng.standard_normal((6, 2)) + i for i in range(3)]
+    for x in xs:
+        bn(minidl.tensor(x))
+    np.testing.assert_allclose(bn.running_mean, np.mean([x.mean(0) for x in xs], axis=0))
+    free = nn.BatchNorm1d(2, track_running_stats=False).eval()  # always batch statistics
+    assert free.state_dict().keys() == {"weight", "bias"}
+    np.testing.assert_allclose(free(minidl.tensor(xs[0])).data.mean(0), 0, atol=1e-12)
+
+
+def test_reduce_hook_equals_one_big_batch(rng):
+    """Two 'ranks' each holding half the batch, with reduce = sum over both, match BatchNorm on the whole batch:
+    the contract a SyncBatchNorm's allreduce must meet (forward statistics and every gradient)."""
+    minidl.set_default_dtype(np.float64)
+    x = rng.standard_normal((6, 3, 2, 2)) * 2 - 1
+    w, b = minidl.tensor(rng.standard_normal(3), requires_grad=True), minidl.tensor(rng.standard_normal(3),
+                                                                                    requires_grad=True)
+    g = rng.standard_normal(x.shape)
+    parts = [x[:2], x[2:]]
+    # Forward statistics: each rank's local sums, summed "across ranks".
+    local = [np.stack([p.sum(axis=(0, 2, 3)), (p * p).sum(axis=(0, 2, 3)), np.full(3, p.size // 3)]) for p in parts]
+    forward_total = local[0] + local[1]
+    mean, var, count = batch_moments(parts[0], reduce=lambda s: forward_total)
+    np.testing.assert_allclose(mean, x.mean(axis=(0, 2, 3)))
+    np.testing.assert_allclose(var, x.var(axis=(0, 2, 3)))
+    assert count == 24
+    # Backward: run rank 0 and rank 1, each reducing the other's [sum dy, sum dy*xhat] into its own.
+    xs = [minidl.tensor(p, requires_grad=True) for p in parts]
+    outs = [batch_norm_train(xi, w, b, mean, var, count) for xi in xs]
+    xhat = [(p - mean[:, None, None]) / np.sqrt(var[:, None, None] + 1e-5) for p in parts]
+    gs = [g[:2], g[2:]]
+    grad_sums = sum(np.stack([gi.sum(axis=(0, 2, 3)), (gi * xh).sum(axis=(0, 2, 3))]) for gi, xh in zip(gs, xhat))
+    dx = []
+    for xi, gi in zip(xs, gs):
+        out = batch_norm_train(xi, w, b, mean, var, count, reduce=lambda s: grad_sums)
+        out.backward(gi)
+        dx.append(xi.grad)
+    whole = minidl.tensor(x, requires_grad=True)
+    w2, b2 = minidl.tensor(w.data, requires_grad=True), minidl.tensor(b.data, requires_grad=True)
+    ref = F.batch_norm(whole, None, None, w2, b2, training=True)
+    np.testing.assert_allclose(np.concatenate([o.data for o in outs]), ref.data, rtol=1e-10)
+    ref.backward(g)
+    np.testing.assert_allclose(np.concatenate(dx), whole.grad, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(w.grad, w2.grad, rtol=1e-9)  # local dgamma, summed over the two ranks' calls
+    np.testing.assert_allclose(b.grad, b2.grad, rtol=1e-9)
+
+
+def test_batchnorm_errors():
+    with pytest.raises(ValueError, match="expected a 4-D input with 3 channels"):
+        nn.BatchNorm2d(3)(minidl.zeros(2, 3, 4))
+    with pytest.raises(ValueError, match="2-D or 3-D input with 4 channels"):
+        nn.BatchNorm1d(4)(minidl.zeros(2, 3))
+    with pytest.raises(ValueError, match="more than 1 value per channel"):
+        nn.BatchNorm1d(3)(minidl.zeros(1, 3))
+    nn.BatchNorm1d(3).eval()(minidl.zeros(1, 3))  # fine in eval mode

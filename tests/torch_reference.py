@@ -1,0 +1,89 @@
+"""PyTorch parity helpers for the layer tests, and a PyTorch re-implementation of minidl.nn.resnet
+(same module names, so state_dicts transfer; also the PyTorch side of benchmarks/cnn.py).
+
+Import only where torch is installed (tests do ``pytest.importorskip("torch")`` first).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+import minidl
+
+
+def load_into_torch(theirs: nn.Module, ours) -> None:
+    """Copy our state_dict into the torch module (strict: names and shapes must agree)."""
+    theirs.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in ours.state_dict().items()}, strict=True)
+
+
+def load_into_minidl(ours, theirs: nn.Module) -> None:
+    """Copy torch's state_dict into our module (strict)."""
+    ours.load_state_dict({k: v.detach().numpy() for k, v in theirs.state_dict().items()}, strict=True)
+
+
+def assert_state_dicts_equal(ours, theirs: nn.Module, rtol: float = 1e-6, atol: float = 1e-6) -> None:
+    a, b = ours.state_dict(), theirs.state_dict()
+    assert list(a) == list(b), f"state_dict keys differ: {list(a)} vs {list(b)}"
+    for k in a:
+        assert a[k].shape == tuple(b[k].shape), k
+        np.testing.assert_allclose(a[k], b[k].detach().numpy(), rtol=rtol, atol=atol, err_msg=k)
+
+
+def compare_forward_backward(ours, theirs: nn.Module, x: np.ndarray, seed: int = 0, rtol: float = 1e-5,
+                             atol: float = 1e-6, input_grad: bool = True) -> None:
+    """Same input and upstream gradient through both: outputs, input gradient and every parameter gradient agree.
+
+    ``x`` float arrays get a gradient; integer arrays (embedding indices) are passed as they are.
+    """
+    float_input = x.dtype.kind == "f" and input_grad
+    xm = minidl.tensor(x, requires_grad=float_input) if x.dtype.kind == "f" else x
+    xt = torch.tensor(x, requires_grad=float_input)
+    ym, yt = ours(xm), theirs(xt)
+    np.testing.assert_allclose(ym.data, yt.detach().numpy(), rtol=rtol, atol=atol, err_msg="forward")
+    g = np.random.default_rng(seed).standard_normal(ym.shape).astype(ym.dtype)
+    ym.backward(g)
+    yt.backward(torch.from_numpy(g))
+    if float_input:
+        np.testing.assert_allclose(xm.grad, xt.grad.numpy(), rtol=rtol, atol=atol, err_msg="input grad")
+    tp = dict(theirs.named_parameters())
+    for name, p in ours.named_parameters():
+        np.testing.assert_allclose(p.grad, tp[name].grad.numpy(), rtol=rtol, atol=atol, err_msg=f"grad of {name}")
+
+
+class TorchBasicBlock(nn.Module):
+    def __init__(self, in_planes: int, planes: int, stride: int):
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_planes, planes, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.downsample = None
+        if stride != 1 or in_planes != planes:
+            self.downsample = nn.Sequential(nn.Conv2d(in_planes, planes, 1, stride, bias=False), nn.BatchNorm2d(planes))
+
+    def forward(self, x):
+        out = torch.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return torch.relu(out + (x if self.downsample is None else self.downsample(x)))
+
+
+class TorchResNet(nn.Module):
+    def __init__(self, depth: int = 20, num_classes: int = 10, in_channels: int = 3, width: int = 16):
+        super().__init__()
+        n = (depth - 2) // 6
+        self.conv1 = nn.Conv2d(in_channels, width, 3, 1, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        planes = width
+        for s in range(3):
+            out = width * 2**s
+            blocks = [TorchBasicBlock(planes if k == 0 else out, out, 2 if s > 0 and k == 0 else 1) for k in range(n)]
+            setattr(self, f"layer{s + 1}", nn.Sequential(*blocks))
+            planes = out
+        self.fc = nn.Linear(planes, num_classes)
+
+    def forward(self, x):
+        x = torch.relu(self.bn1(self.conv1(x)))
+        x = self.layer3(self.layer2(self.layer1(x)))
+        return self.fc(x.mean(dim=(2, 3)))
