@@ -21,7 +21,7 @@ import numpy as np
 from collectives.common import TAG_CHECK, reduction
 from collectives.pof2 import allgather_blocks
 
-MAX_DIMS = 6  # dims stored in the header; longer shapes are compared through their checksum
+MAX_DIMS = 4  # dims stored in the header; longer shapes are compared through their checksum
 HEADER = np.dtype(
     [
         ("size", "<i8"),
@@ -91,7 +91,8 @@ def raise_mismatch(table: np.ndarray, problem: str) -> None:
     for rank, h in enumerate(table):
         groups.setdefault(h.tobytes(), []).append(rank)
     lines = [f"ranks {ranks}: {describe(table[ranks[0]])}" for ranks in groups.values()]
-    raise MismatchError(f"{problem} (every rank raises this error):\n  " + "\n  ".join(lines))
+    call = table[0]["call"].decode()  # rank 0's, so that every rank's message is the same
+    raise MismatchError(f"{call}: {problem} (every rank raises this error):\n  " + "\n  ".join(lines))
 
 
 def agree(comm: Any, x: Any, op: str | None, call: str, root: int = -1, check: bool = True):
@@ -104,7 +105,7 @@ def agree(comm: Any, x: Any, op: str | None, call: str, root: int = -1, check: b
     if check and comm.Get_size() > 1:
         table = exchange_headers(comm, x, op or "", call, root)
         if len({h.tobytes() for h in table}) > 1:
-            raise_mismatch(table, f"{call}: ranks disagree on their arrays")
+            raise_mismatch(table, "ranks disagree on their arrays")
     if not 0 <= root < comm.Get_size() and root != -1:
         raise ValueError(f"{call}: root {root} out of range for {comm.Get_size()} ranks")
     f = reduction(op, x.dtype) if op is not None else None
@@ -124,10 +125,10 @@ def agree_with_root(comm: Any, x: Any, call: str, root: int, same_as_root: bool)
     table = exchange_headers(comm, mine, "", call, root)
     ref = table[root]
     if ref["ndim"] < 0:
-        raise_mismatch(table, f"{call}: the root (rank {root}) passed no array")
+        raise_mismatch(table, f"the root (rank {root}) passed no array")
     for h in table:
         if h["call"] != ref["call"] or h["root"] != ref["root"] or (h["ndim"] >= 0 and h.tobytes() != ref.tobytes()):
-            raise_mismatch(table, f"{call}: ranks disagree with the root")
+            raise_mismatch(table, "ranks disagree with the root")
     if ref["ndim"] > MAX_DIMS and (table["ndim"] < 0).any():
-        raise_mismatch(table, f"{call}: a root array of more than {MAX_DIMS} dims needs an array on every rank")
+        raise_mismatch(table, f"a root array of more than {MAX_DIMS} dims needs an array on every rank")
     return tuple(int(d) for d in ref["shape"][: int(ref["ndim"])]), np.dtype(ref["dtype"].decode())

@@ -54,13 +54,13 @@ def fold_in(comm: Any, x: np.ndarray, acc: np.ndarray, f: np.ufunc, fold: Fold) 
     return acc
 
 
-def fold_out(comm: Any, acc: np.ndarray, fold: Fold) -> None:
+def fold_out(comm: Any, acc: np.ndarray, fold: Fold, tag: int = TAG_FOLD) -> None:
     """Odd rank 2i+1 hands the finished result back to rank 2i."""
     if fold.extra:
         if fold.newrank < 0:
-            comm.Recv(acc, fold.rank + 1, TAG_FOLD)
+            comm.Recv(acc, fold.rank + 1, tag)
         else:
-            comm.Send(acc, fold.rank - 1, TAG_FOLD)
+            comm.Send(acc, fold.rank - 1, tag)
 
 
 def doubling_allgather(comm: Any, buf: np.ndarray, seg: list[int], fold: Fold, tag: int = TAG_ALLGATHER) -> None:
@@ -88,10 +88,10 @@ def allgather_blocks(comm: Any, buf: np.ndarray, block: int, tag: int = TAG_ALLG
     rank, p = comm.Get_rank(), comm.Get_size()
     fold = Fold(rank, p)
     if fold.extra and fold.newrank < 0:
-        comm.Send(buf[rank * block:(rank + 1) * block], rank + 1, TAG_FOLD)
+        comm.Send(buf[rank * block:(rank + 1) * block], rank + 1, tag)
     elif fold.extra:
-        comm.Recv(buf[(rank - 1) * block:rank * block], rank - 1, TAG_FOLD)
+        comm.Recv(buf[(rank - 1) * block:rank * block], rank - 1, tag)
     if fold.newrank >= 0:
         seg = [block * fold.first_rank_of(j) for j in range(fold.pof2)] + [block * p]
         doubling_allgather(comm, buf, seg, fold, tag)
-    fold_out(comm, buf, fold)
+    fold_out(comm, buf, fold, tag)

@@ -195,6 +195,7 @@ class _World:
                 self._check_abort()
                 self.waiting[rank] = requests
                 self._detect_deadlock()
+                self._check_abort()
                 self.wakeup[rank].wait()
                 self.waiting[rank] = None
             self._complete(rank, requests)

@@ -1,0 +1,295 @@
+"""collectives on the simulated communicator: results against NumPy, bitwise agreement across ranks,
+inputs untouched, and the message record against the cost model."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import array_shapes
+
+import collectives
+from collectives import cost
+from collectives.common import TAG_CHECK, block_bounds
+from collectives.simulated import traffic
+
+DTYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint64", "float16", "float32", "float64",
+          "complex64", "complex128", "bool"]
+SUPPORTED = {  # op -> dtype kinds it is defined for
+    "sum": "iufc", "prod": "iufc", "max": "biuf", "min": "biuf",
+}
+
+
+def rank_data(seed, rank, shape, dtype, op):
+    """Rank ``rank``'s array: integers anywhere in range (wrap-around is exact), floats of modest size."""
+    rng = np.random.default_rng([seed, rank])
+    dtype = np.dtype(dtype)
+    if dtype.kind == "b":
+        return rng.integers(0, 2, shape).astype(bool)
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max, shape, dtype=dtype, endpoint=True)
+    lo, hi = (0.5, 1.5) if op == "prod" else (-4.0, 4.0)  # products near 1 neither overflow nor underflow
+    values = rng.uniform(lo, hi, shape)
+    if dtype.kind == "c":
+        values = values + 1j * rng.uniform(lo, hi, shape)
+    return values.astype(dtype)
+
+
+def assert_reduction(out, xs, op):
+    """out equals NumPy's reduction of xs: exactly for integers, bool and max/min; to rounding for float sum/prod."""
+    stacked = np.stack(xs)
+    ref = collectives.OPS[op].reduce(stacked, axis=0, dtype=stacked.dtype)
+    assert out.shape == xs[0].shape and out.dtype == xs[0].dtype
+    if stacked.dtype.kind in "biu" or op in ("max", "min"):
+        np.testing.assert_array_equal(out, ref)
+        return
+    # Any summation order is within (p - 1) eps sum|x_i| of the exact sum (and products near 1 likewise).
+    eps = np.finfo(stacked.dtype).eps
+    p = len(xs)
+    scale = np.abs(stacked.astype(np.complex128)).sum(axis=0) if op == "sum" else np.abs(ref.astype(np.complex128))
+    tol = 2 * p * eps * scale + np.finfo(stacked.dtype).tiny
+    err = np.abs(out.astype(np.complex128) - ref.astype(np.complex128))
+    assert np.all(err <= tol), (err.max(), tol.min())
+
+
+def run_allreduce(p, xs, op, algorithm, check=True):
+    snapshot = [x.copy() for x in xs]
+    res = collectives.simulate(
+        p, lambda comm: collectives.allreduce(comm, xs[comm.Get_rank()], op=op, algorithm=algorithm, check=check)
+    )
+    for x, before in zip(xs, snapshot):
+        np.testing.assert_array_equal(x, before)  # inputs untouched
+    for x, out in zip(xs, res):
+        assert not np.shares_memory(x, out)  # a new array
+        assert out.tobytes() == res[0].tobytes()  # bitwise identical on every rank
+    return res
+
+
+@st.composite
+def cases(draw):
+    dtype = draw(st.sampled_from(DTYPES))
+    op = draw(st.sampled_from([o for o, kinds in SUPPORTED.items() if np.dtype(dtype).kind in kinds]))
+    shape = draw(array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=6))
+    return draw(st.integers(1, 16)), dtype, op, shape, draw(st.integers(0, 2**32 - 1))
+
+
+@settings(max_examples=200)
+@given(case=cases(), algorithm=st.sampled_from(collectives.ALGORITHMS + ("auto",)))
+def test_allreduce_matches_numpy(case, algorithm):
+    p, dtype, op, shape, seed = case
+    xs = [rank_data(seed, r, shape, dtype, op) for r in range(p)]
+    res = run_allreduce(p, xs, op, algorithm)
+    assert_reduction(res[0], xs, op)
+
+
+@settings(max_examples=100)
+@given(p=st.integers(1, 16), n=st.integers(0, 40), algorithm=st.sampled_from(collectives.ALGORITHMS))
+def test_message_record_matches_cost_model(p, n, algorithm):
+    xs = [np.arange(n, dtype=np.float32) + r for r in range(p)]
+    res = run_allreduce(p, xs, "sum", algorithm, check=False)
+    count, nbytes = traffic(res.messages, p)
+    assert count == cost.messages_per_rank(algorithm, p)
+    assert sum(nbytes) == cost.total_bytes(algorithm, p, 4 * n)
+    assert res.rounds == cost.terms(algorithm, p, 4 * n).rounds  # the alpha count: steps on the critical path
+
+
+@pytest.mark.parametrize("p", [2, 3, 4, 7])
+def test_ring_moves_2_p_minus_1_over_p_of_the_data_per_rank(p):
+    n = 1000
+    res = run_allreduce(p, [np.ones(n) for _ in range(p)], "sum", "ring", check=False)
+    count, nbytes = traffic(res.messages, p)
+    b = block_bounds(n, p)
+    c = [b[i + 1] - b[i] for i in range(p)]
+    for r in range(p):
+        assert count[r] == 2 * (p - 1)
+        # every block but its own in the reduce-scatter, every block but r+1's in the allgather
+        assert nbytes[r] == 8 * (2 * n - c[r] - c[(r + 1) % p])
+        assert abs(nbytes[r] - 8 * 2 * (p - 1) / p * n) <= 8 * 2
+
+
+@pytest.mark.parametrize("p", [1, 2, 3, 5, 8, 13])
+def test_agreement_check_is_a_recursive_doubling_allgather_of_headers(p):
+    res = collectives.simulate(p, lambda comm: collectives.ring.allreduce(comm, np.ones(3)))
+    checks = [m for m in res.messages if m.tag == TAG_CHECK]
+    k, d = p.bit_length() - 1, int(p & (p - 1) != 0)
+    rounds = max((m.arrival for m in checks), default=0)
+    assert rounds == k + 2 * d
+    assert all(m.nbytes % 128 == 0 for m in checks)
+
+
+def test_tree_broadcast_schedule_is_binomial():
+    res = collectives.simulate(8, lambda comm: collectives.tree.broadcast_into(comm, np.ones(2), root=0))
+    root_sends = [(m.step, m.dest) for m in res.messages if m.source == 0]
+    assert root_sends == [(0, 4), (1, 2), (2, 1)]
+    assert res.rounds == 3
+
+
+@settings(max_examples=60)
+@given(p=st.integers(1, 9), shape=array_shapes(min_dims=1, max_dims=2, min_side=0, max_side=5),
+       root=st.integers(0, 8), seed=st.integers(0, 1000))
+def test_building_blocks(p, shape, root, seed):
+    root %= p
+    xs = [rank_data(seed, r, shape, "int32", "sum") for r in range(p)]
+
+    def fn(comm):
+        r = comm.Get_rank()
+        x = xs[r]
+        return (
+            collectives.broadcast(comm, x if r == root else None, root=root),
+            collectives.broadcast(comm, x, root=root),
+            collectives.reduce(comm, x, "max", root=root),
+            collectives.reduce_scatter(comm, x, "sum", algorithm="ring"),
+            collectives.reduce_scatter(comm, x, "sum", algorithm="recursive_halving"),
+            collectives.allgather(comm, x, algorithm="ring"),
+            collectives.allgather(comm, x, algorithm="recursive_doubling"),
+            collectives.gather(comm, x, root=root),
+            collectives.scatter(comm, np.stack(xs) if r == root else None, root=root),
+        )
+
+    res = collectives.simulate(p, fn)
+    total = np.add.reduce(np.stack(xs), axis=0, dtype=np.int32).reshape(-1)
+    b = block_bounds(total.size, p)
+    for r, (bc, bc2, red, rs_ring, rs_half, ag_ring, ag_rd, gat, sca) in enumerate(res):
+        np.testing.assert_array_equal(bc, xs[root])
+        np.testing.assert_array_equal(bc2, xs[root])
+        if r == root:
+            np.testing.assert_array_equal(red, np.maximum.reduce(np.stack(xs), axis=0))
+            np.testing.assert_array_equal(gat, np.stack(xs))
+        else:
+            assert red is None and gat is None
+        np.testing.assert_array_equal(rs_ring, total[b[r]:b[r + 1]])
+        np.testing.assert_array_equal(rs_half, total[b[r]:b[r + 1]])
+        np.testing.assert_array_equal(ag_ring, np.stack(xs))
+        np.testing.assert_array_equal(ag_rd, np.stack(xs))
+        np.testing.assert_array_equal(sca, xs[r])
+
+
+def test_odd_inputs_non_contiguous_byteswapped_0d_and_lists():
+    base = np.arange(24, dtype=np.float64).reshape(4, 6)
+    cases = [base[:, ::2], base.astype(">f8"), np.float32(3.0), [[1, 2], [3, 4]]]
+    for x in cases:
+        res = collectives.simulate(3, lambda comm, x=x: collectives.allreduce(comm, x, algorithm="ring"))
+        np.testing.assert_array_equal(res[0], 3 * np.asarray(x))
+        assert res[0].shape == np.shape(x)
+
+
+@pytest.mark.parametrize("algorithm", collectives.ALGORITHMS)
+def test_signed_zeros_and_nans_give_the_same_bits_everywhere(algorithm):
+    nan_a = np.array([np.nan], np.float64)
+    nan_b = (nan_a.view(np.uint64) | np.uint64(1)).view(np.float64)  # a NaN with another payload
+    xs = [np.concatenate([[0.0 if r % 2 else -0.0], nan_a if r % 2 else nan_b]) for r in range(6)]
+    for op in ("max", "min", "sum"):
+        res = run_allreduce(6, xs, op, algorithm)
+        assert np.isnan(res[0][1])
+
+
+def test_choose_algorithm_is_the_cheapest_prediction():
+    params = cost.CostParams(alpha=1e-5, beta=1e-9, gamma=1e-9)
+    for p in (2, 3, 4, 5, 8, 16):
+        for nbytes in (8, 1 << 10, 1 << 16, 1 << 20, 1 << 26):
+            name, times = collectives.choose_algorithm(p, nbytes, params)
+            assert set(times) == set(collectives.ALGORITHMS)
+            assert times[name] == min(times.values())
+    assert collectives.choose_algorithm(4, 8, params)[0] == "recursive_doubling"  # latency-bound
+    assert collectives.choose_algorithm(8, 1 << 26, params)[0] == "rabenseifner"  # bandwidth-bound
+    assert collectives.choose_algorithm(3, 1 << 26, params)[0] == "ring"  # the fold costs 2 n beta
+
+
+def test_cost_model_formulas():
+    c = cost.CostParams(alpha=1.0, beta=0.0, gamma=0.0)
+    assert [cost.predict(a, 8, 100, c) for a in collectives.ALGORITHMS] == [3, 6, 14, 6, 14]
+    c = cost.CostParams(alpha=0.0, beta=1.0, gamma=0.0)
+    assert cost.predict("ring", 4, 100, c) == pytest.approx(150)
+    assert cost.predict("rabenseifner", 5, 100, c) == pytest.approx(350)
+    assert cost.messages_per_rank("tree", 6) == [3, 1, 2, 1, 2, 1]
+    with pytest.raises(ValueError, match="unknown algorithm"):
+        cost.terms("butterfly", 4, 1)
+
+
+def test_calibrate_gives_every_rank_the_same_parameters():
+    before = cost.get_params()
+    try:
+        res = collectives.simulate(3, lambda comm: cost.calibrate(comm, large=1 << 12, repeats=3))
+    finally:
+        cost.set_params(before)
+    assert all(r == res[0] for r in res)
+    assert res[0].alpha > 0 and res[0].beta >= 0 and res[0].gamma > 0
+
+
+# -- errors ----------------------------------------------------------------------------------------
+def errors_on_every_rank(p, fn, exc_type):
+    """Run fn on p ranks; each rank returns the exception it raised (of exc_type)."""
+
+    def guarded(comm):
+        try:
+            fn(comm)
+        except exc_type as e:
+            return e
+        return None
+
+    res = collectives.simulate(p, guarded, timeout=20)
+    assert all(isinstance(e, exc_type) for e in res), res
+    assert len({str(e) for e in res}) == 1  # the same message on every rank
+    return str(res[0])
+
+
+@pytest.mark.parametrize("algorithm", collectives.ALGORITHMS + ("auto",))
+def test_mismatched_sizes_dtypes_shapes_raise_on_every_rank(algorithm):
+    def sizes(comm):
+        collectives.allreduce(comm, np.ones(4 + (comm.Get_rank() == 2)), algorithm=algorithm)
+
+    msg = errors_on_every_rank(5, sizes, collectives.MismatchError)
+    assert "ranks [2]" in msg and "(5,)" in msg and "(4,)" in msg
+
+    def dtypes(comm):
+        collectives.allreduce(comm, np.ones(4, np.float32 if comm.Get_rank() else np.float64), algorithm=algorithm)
+
+    msg = errors_on_every_rank(3, dtypes, collectives.MismatchError)
+    assert "float32" in msg and "float64" in msg
+
+    def shapes(comm):
+        collectives.allreduce(comm, np.ones((2, 3) if comm.Get_rank() else (3, 2)), algorithm=algorithm)
+
+    assert "(3, 2)" in errors_on_every_rank(4, shapes, collectives.MismatchError)
+
+
+def test_mismatched_ops_algorithms_and_roots_raise_on_every_rank():
+    ops = ["sum", "max", "sum"]
+    msg = errors_on_every_rank(3, lambda comm: collectives.allreduce(comm, np.ones(2), op=ops[comm.Get_rank()]),
+                               collectives.MismatchError)
+    assert "'max'" in msg
+    algs = ["ring", "tree", "ring", "ring"]
+    errors_on_every_rank(4, lambda comm: collectives.allreduce(comm, np.ones(2), algorithm=algs[comm.Get_rank()]),
+                         collectives.MismatchError)
+    errors_on_every_rank(3, lambda comm: collectives.broadcast(comm, np.ones(2), root=comm.Get_rank() % 2),
+                         collectives.MismatchError)
+    errors_on_every_rank(3, lambda comm: collectives.broadcast(comm, np.ones(2 + comm.Get_rank())),
+                         collectives.MismatchError)
+    errors_on_every_rank(3, lambda comm: collectives.broadcast(comm, None), collectives.MismatchError)
+
+
+@pytest.mark.parametrize(
+    "dtype,op,exc,words",
+    [
+        ("bool", "sum", TypeError, "bool"),
+        ("bool", "prod", TypeError, "bool"),
+        ("complex64", "max", TypeError, "complex"),
+        ("complex128", "min", TypeError, "no order"),
+        ("object", "sum", TypeError, "not numeric"),
+        ("float32", "mean", ValueError, "unknown op"),
+    ],
+)
+def test_unsupported_op_dtype_pairs_raise_on_every_rank(dtype, op, exc, words):
+    msg = errors_on_every_rank(3, lambda comm: collectives.allreduce(comm, np.ones(3, dtype), op=op), exc)
+    assert words in msg
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="unknown allreduce algorithm"):
+        collectives.simulate(1, lambda comm: collectives.allreduce(comm, np.ones(2), algorithm="butterfly"))
+    with pytest.raises(ValueError, match=r"shape \(3, \.\.\.\)"):
+        collectives.simulate(3, lambda comm: collectives.scatter(comm, np.ones((2, 2))))
+    with pytest.raises(ValueError, match="unknown reduce_scatter"):
+        collectives.simulate(1, lambda comm: collectives.reduce_scatter(comm, np.ones(2), algorithm="x"))
+    with pytest.raises(ValueError, match="out of range"):
+        collectives.simulate(2, lambda comm: collectives.reduce(comm, np.ones(2), root=5))
