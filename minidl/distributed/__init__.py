@@ -49,7 +49,8 @@ Gradient averaging:
     ``backward_passes_per_step=k``; ``zero_grad()`` then clears only after updates);
     ``synchronize()`` averages now (before gradient clipping); ``will_update``; ``timings``
     (``StepTimings``: ``print(opt.timings)``, ``opt.timings.summary()``); ``buckets`` (fusion plan).
-    ``average_gradients(params, algorithm)``: the same averaging without an optimizer.
+    ``average_gradients(params, algorithm)``: the same averaging without an optimizer;
+    ``allreduce_buckets(buckets, comm, algorithm, scale)``: the pack / allreduce / unpack of a fusion plan.
     ``allreduce(comm, x, algorithm, op)``: one allreduce through any of the algorithms above.
 Data:
     ``DistributedSampler(n, batch_size, seed=0)``: per-rank index batches, one shuffle per epoch
@@ -85,15 +86,21 @@ from minidl.distributed.broadcast import (
 from minidl.distributed.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from minidl.distributed.context import barrier, get_comm, init, is_initialized, rank, shutdown, size
 from minidl.distributed.launch import abort_on_error, install_excepthook, run
-from minidl.distributed.optimizer import DEFAULT_FUSION_BYTES, DistributedOptimizer, average_gradients
+from minidl.distributed.optimizer import (
+    DEFAULT_FUSION_BYTES,
+    DistributedOptimizer,
+    allreduce_buckets,
+    average_gradients,
+)
 from minidl.distributed.sampler import DistributedSampler, epoch_permutation, shard_batch
 from minidl.distributed.sync_batchnorm import SyncBatchNorm, convert_sync_batchnorm
 from minidl.distributed.timing import StepTimings
 
 __all__ = [
     "ALGORITHMS", "DEFAULT_FUSION_BYTES", "DistributedOptimizer", "DistributedSampler", "StepTimings",
-    "SyncBatchNorm", "abort_on_error", "allreduce", "average_gradients", "barrier", "broadcast_optimizer_state",
-    "broadcast_parameters", "broadcast_state", "convert_sync_batchnorm", "epoch_permutation", "gather_states",
-    "get_comm", "init", "install_excepthook", "is_initialized", "load_checkpoint", "rank", "rng_state", "run",
-    "save_checkpoint", "scatter_states", "set_rng_state", "shard_batch", "shutdown", "size",
+    "SyncBatchNorm", "abort_on_error", "allreduce", "allreduce_buckets", "average_gradients", "barrier",
+    "broadcast_optimizer_state", "broadcast_parameters", "broadcast_state", "convert_sync_batchnorm",
+    "epoch_permutation", "gather_states", "get_comm", "init", "install_excepthook", "is_initialized",
+    "load_checkpoint", "rank", "rng_state", "run", "save_checkpoint", "scatter_states", "set_rng_state",
+    "shard_batch", "shutdown", "size",
 ]
