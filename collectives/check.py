@@ -13,6 +13,7 @@ messages; callers that know their ranks agree may pass ``check=False`` to the al
 
 from __future__ import annotations
 
+import functools
 import zlib
 from typing import Any
 
@@ -48,27 +49,34 @@ def as_native_array(x: Any) -> np.ndarray:
     return np.ascontiguousarray(x)
 
 
+@functools.lru_cache(maxsize=256)
+def _words(dtype: str, op: str, call: str) -> tuple[int, ...]:
+    """The text fields of the header as 8 int64 words (cached: building the header is on every call's path)."""
+    text = np.zeros((), [("dtype", "S16"), ("op", "S16"), ("call", "S32")])
+    text["dtype"], text["op"], text["call"] = dtype.encode()[:16], op.encode()[:16], call.encode()[:32]
+    return tuple(np.frombuffer(text.tobytes(), dtype="<i8").tolist())
+
+
+@functools.lru_cache(maxsize=256)
+def _shape_words(shape: tuple[int, ...]) -> tuple[int, ...]:
+    dims = (list(shape[:MAX_DIMS]) + [0] * MAX_DIMS)[:MAX_DIMS]
+    return (len(shape), *dims, zlib.crc32(np.asarray(shape, dtype="<i8").tobytes()))
+
+
 def header(x: np.ndarray | None, op: str, call: str, root: int) -> np.ndarray:
-    """This rank's 128-byte description of its call."""
-    h = np.zeros((), HEADER)
-    h["root"], h["op"], h["call"] = root, str(op).encode()[:16], call.encode()[:32]
+    """This rank's 128-byte description of its call: 16 int64 words laid out as HEADER."""
     if x is None:
-        h["ndim"] = -1
-        return h
-    h["size"], h["ndim"] = x.size, x.ndim
-    h["shape"][: min(x.ndim, MAX_DIMS)] = x.shape[:MAX_DIMS]
-    h["shape_crc"] = zlib.crc32(np.asarray(x.shape, dtype="<i8").tobytes())
-    h["dtype"] = x.dtype.str.encode()[:16]
-    return h
+        return np.array([0, -1, *[0] * (MAX_DIMS + 1), root, *_words("", str(op), call)], dtype="<i8")
+    return np.array([x.size, *_shape_words(x.shape), root, *_words(x.dtype.str, str(op), call)], dtype="<i8")
 
 
 def exchange_headers(comm: Any, x: np.ndarray | None, op: str, call: str, root: int = -1) -> np.ndarray:
     """The headers of all p ranks (a structured array of p records), the same table on every rank."""
     p, rank = comm.Get_size(), comm.Get_rank()
-    table = np.zeros(p, HEADER)
+    table = np.empty((p, HEADER.itemsize // 8), dtype="<i8")
     table[rank] = header(x, op, call, root)
-    allgather_blocks(comm, table.view(np.uint8), HEADER.itemsize, tag=TAG_CHECK)
-    return table
+    allgather_blocks(comm, table.reshape(-1), table.shape[1], tag=TAG_CHECK)
+    return table.view(HEADER).reshape(p)
 
 
 def describe(h: np.void) -> str:
@@ -104,7 +112,7 @@ def agree(comm: Any, x: Any, op: str | None, call: str, root: int = -1, check: b
     x = as_native_array(x)
     if check and comm.Get_size() > 1:
         table = exchange_headers(comm, x, op or "", call, root)
-        if len({h.tobytes() for h in table}) > 1:
+        if table.tobytes() != table[:1].tobytes() * len(table):
             raise_mismatch(table, "ranks disagree on their arrays")
     if not 0 <= root < comm.Get_size() and root != -1:
         raise ValueError(f"{call}: root {root} out of range for {comm.Get_size()} ranks")
