@@ -71,12 +71,12 @@ def header(x: np.ndarray | None, op: str, call: str, root: int) -> np.ndarray:
 
 
 def exchange_headers(comm: Any, x: np.ndarray | None, op: str, call: str, root: int = -1) -> np.ndarray:
-    """The headers of all p ranks (a structured array of p records), the same table on every rank."""
+    """The headers of all p ranks, the same table on every rank: p rows of 16 int64 (view as HEADER to read)."""
     p, rank = comm.Get_size(), comm.Get_rank()
     table = np.empty((p, HEADER.itemsize // 8), dtype="<i8")
     table[rank] = header(x, op, call, root)
     allgather_blocks(comm, table.reshape(-1), table.shape[1], tag=TAG_CHECK)
-    return table.view(HEADER).reshape(p)
+    return table
 
 
 def describe(h: np.void) -> str:
@@ -95,6 +95,7 @@ def describe(h: np.void) -> str:
 
 
 def raise_mismatch(table: np.ndarray, problem: str) -> None:
+    table = table.view(HEADER).reshape(-1)
     groups: dict[bytes, list[int]] = {}
     for rank, h in enumerate(table):
         groups.setdefault(h.tobytes(), []).append(rank)
@@ -130,7 +131,8 @@ def agree_with_root(comm: Any, x: Any, call: str, root: int, same_as_root: bool)
     if not 0 <= root < p:
         raise ValueError(f"{call}: root {root} out of range for {p} ranks")
     mine = None if x is None or (rank != root and not same_as_root) else as_native_array(x)
-    table = exchange_headers(comm, mine, "", call, root)
+    raw = exchange_headers(comm, mine, "", call, root)
+    table = raw.view(HEADER).reshape(p)
     ref = table[root]
     if ref["ndim"] < 0:
         raise_mismatch(table, f"the root (rank {root}) passed no array")

@@ -8,12 +8,13 @@ parameters); if ranks disagree on the size, the agreement check of the chosen al
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
 
 from collectives import naive, rabenseifner, recursive_doubling, ring, tree
-from collectives.cost import ALGORITHMS, CostParams, predict
+from collectives.cost import ALGORITHMS, CostParams, get_params, predict
 
 _ALLREDUCE = {
     "naive": naive.allreduce,
@@ -26,8 +27,15 @@ _ALLREDUCE = {
 
 def choose_algorithm(p: int, nbytes: int, params: CostParams | None = None) -> tuple[str, dict[str, float]]:
     """The algorithm "auto" uses for p ranks and ``nbytes`` per rank, and every algorithm's predicted seconds."""
+    name, times = _choose(p, nbytes, params or get_params())
+    return name, dict(times)
+
+
+@functools.lru_cache(maxsize=1024)
+def _choose(p: int, nbytes: int, params: CostParams) -> tuple[str, tuple]:
+    """Cached: the prediction costs microseconds, as much as a short allreduce."""
     times = {name: predict(name, p, nbytes, params) for name in ALGORITHMS}
-    return min(ALGORITHMS, key=times.__getitem__), times
+    return min(ALGORITHMS, key=times.__getitem__), tuple(times.items())
 
 
 def allreduce(comm: Any, x: Any, op: str = "sum", algorithm: str = "auto", check: bool = True) -> np.ndarray:
@@ -38,7 +46,7 @@ def allreduce(comm: Any, x: Any, op: str = "sum", algorithm: str = "auto", check
     ``check=False`` the agreement check on shape/dtype/op is skipped (only when you know they agree).
     """
     if algorithm == "auto":
-        algorithm, _ = choose_algorithm(comm.Get_size(), np.asarray(x).nbytes)
+        algorithm, _ = _choose(comm.Get_size(), np.asarray(x).nbytes, get_params())
     if algorithm not in _ALLREDUCE:
         raise ValueError(f"unknown allreduce algorithm {algorithm!r}: expected auto or one of {list(_ALLREDUCE)}")
     return _ALLREDUCE[algorithm](comm, x, op, check=check)

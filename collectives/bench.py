@@ -1,0 +1,169 @@
+"""Allreduce benchmark, nccl-tests/OSU style: ``mpiexec -n P python -m collectives.bench``.
+
+For each message size and algorithm: the median over repeats of the slowest rank's time, the
+algorithm bandwidth (size / time), the bus bandwidth (algbw * 2 (p - 1) / p, what each link carries
+in a bandwidth-optimal allreduce, so numbers compare across p), the number of elements that differ
+from MPI.Allreduce's result (#wrong; the data are small integers, so every summation order is
+exact), the time relative to MPI.Allreduce, and the cost model's prediction (agreement check
+included). The "mpi" row is MPI's own Allreduce, the yardstick.
+
+    mpiexec -n 4 python -m collectives.bench --sizes 1K,1M,16M --algorithms auto,ring --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+
+import collectives
+from collectives import cost
+
+UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+DEFAULT_SIZES = "1K,4K,16K,64K,256K,1M,4M,16M,64M"
+
+
+def parse_size(text: str) -> int:
+    text = text.strip().upper().removesuffix("B").removesuffix("I")
+    unit = text[-1] if text and text[-1] in UNITS else ""
+    return int(float(text[: len(text) - len(unit)]) * UNITS[unit])
+
+
+def human(nbytes: int) -> str:
+    for unit in ("G", "M", "K"):
+        if nbytes >= UNITS[unit] and nbytes % UNITS[unit] == 0:
+            return f"{nbytes // UNITS[unit]}{unit}"
+    return str(nbytes)
+
+
+def time_allreduce(comm, call, repeats: int) -> tuple[float, np.ndarray]:
+    """Median over repeats of the slowest rank's time (seconds), and the last result."""
+    from mpi4py import MPI
+
+    out = call()  # warm up (allocations, first-touch of pages, MPI connections)
+    times = np.empty(repeats)
+    for i in range(repeats):
+        comm.Barrier()
+        t0 = time.perf_counter()
+        out = call()
+        times[i] = time.perf_counter() - t0
+    comm.Allreduce(MPI.IN_PLACE, times, op=MPI.MAX)
+    return float(np.median(times)), out
+
+
+def run(comm, sizes: list[int], algorithms: list[str], dtype: np.dtype, check: bool = True,
+        repeats: int | None = None, echo: bool = True) -> list[dict]:
+    """Benchmark rows (dicts) for every size and algorithm; rank 0 prints each row as it comes when ``echo``."""
+    from mpi4py import MPI
+
+    p, rank = comm.Get_size(), comm.Get_rank()
+    rows = []
+    for nbytes in sizes:
+        count = nbytes // dtype.itemsize
+        x = np.random.default_rng([count, rank]).integers(-8, 8, count).astype(dtype)
+        reps = repeats or int(np.clip(3e7 / max(nbytes, 1), 5, 200))
+
+        def mpi_call(x=x):
+            out = np.empty_like(x)
+            comm.Allreduce(x, out, op=MPI.SUM)
+            return out
+
+        t_mpi, ref = time_allreduce(comm, mpi_call, reps)
+        for name in ["mpi", *algorithms]:
+            if name == "mpi":
+                t, out, chosen = t_mpi, ref, "mpi"
+            else:
+                chosen = collectives.choose_algorithm(p, x.nbytes)[0] if name == "auto" else name
+                t, out = time_allreduce(
+                    comm, lambda name=name, x=x: collectives.allreduce(comm, x, algorithm=name, check=check), reps
+                )
+            wrong = np.array([np.count_nonzero(out != ref)], dtype=np.int64)
+            comm.Allreduce(MPI.IN_PLACE, wrong, op=MPI.SUM)
+            predicted = None
+            if chosen != "mpi":
+                predicted = cost.predict(chosen, p, x.nbytes) + (cost.predict_check(p) if check and p > 1 else 0.0)
+            algbw = x.nbytes / t / 1e9 if t > 0 else 0.0
+            rows.append({
+                "p": p, "size": x.nbytes, "count": count, "dtype": dtype.name,
+                "algorithm": name if name != "auto" else f"auto({chosen})",
+                "time_us": t * 1e6, "algbw_GBps": algbw, "busbw_GBps": algbw * 2 * (p - 1) / p,
+                "wrong": int(wrong[0]), "x_mpi_time": t / t_mpi if t_mpi > 0 else float("nan"),
+                "predicted_us": None if predicted is None else predicted * 1e6, "repeats": reps,
+            })
+            if rank == 0 and echo:
+                print(format_row(rows[-1]), flush=True)
+    return rows
+
+
+HEADER = (f"{'size':>8} {'count':>10} {'dtype':>8} {'algorithm':>28} {'time(us)':>11} {'algbw':>7} {'busbw':>7} "
+          f"{'#wrong':>6} {'xMPI':>6} {'model(us)':>10}")
+
+
+def format_row(r: dict) -> str:
+    model = f"{r['predicted_us']:10.1f}" if r["predicted_us"] is not None else f"{'-':>10}"
+    return (f"{human(r['size']):>8} {r['count']:>10} {r['dtype']:>8} {r['algorithm']:>28} {r['time_us']:11.1f} "
+            f"{r['algbw_GBps']:7.2f} {r['busbw_GBps']:7.2f} {r['wrong']:>6} {r['x_mpi_time']:6.2f} {model}")
+
+
+def plot(rows: list[dict], path: str) -> None:
+    import matplotlib.pyplot as plt
+
+    fig, (ax_t, ax_bw) = plt.subplots(1, 2, figsize=(12, 4.5))
+    names = sorted({r["algorithm"].split("(")[0] for r in rows}, key=lambda n: (n != "mpi", n))
+    for name in names:
+        mine = [r for r in rows if r["algorithm"].split("(")[0] == name]
+        sizes = [r["size"] for r in mine]
+        (line,) = ax_t.loglog(sizes, [r["time_us"] for r in mine], "o-", label=name)
+        if mine[0]["predicted_us"] is not None:
+            ax_t.loglog(sizes, [r["predicted_us"] for r in mine], "--", color=line.get_color(), alpha=0.6)
+        ax_bw.semilogx(sizes, [r["busbw_GBps"] for r in mine], "o-", label=name)
+    p = rows[0]["p"]
+    ax_t.set(xlabel="bytes per rank", ylabel="time (us)", title=f"allreduce, p = {p} (dashed: cost model)")
+    ax_bw.set(xlabel="bytes per rank", ylabel="bus bandwidth (GB/s)", title="busbw = algbw * 2(p-1)/p")
+    ax_t.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    from mpi4py import MPI
+
+    parser = argparse.ArgumentParser(prog="python -m collectives.bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default=DEFAULT_SIZES, help="bytes per rank, comma-separated (1K, 4M, ...)")
+    parser.add_argument("--algorithms", default="auto," + ",".join(collectives.ALGORITHMS))
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--repeats", type=int, default=None, help="timed repeats per size (default: by size)")
+    parser.add_argument("--no-check", action="store_true", help="skip the agreement check (check=False)")
+    parser.add_argument("--no-calibrate", action="store_true", help="use the built-in cost parameters for auto")
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON (rank 0)")
+    parser.add_argument("--plot", metavar="PNG", nargs="?", const="allreduce_bench.png", help="save a figure")
+    args = parser.parse_args(argv)
+    comm = MPI.COMM_WORLD
+    rank, p = comm.Get_rank(), comm.Get_size()
+    dtype = np.dtype(args.dtype)
+    sizes = [parse_size(s) for s in args.sizes.split(",")]
+    algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
+    params = cost.get_params() if args.no_calibrate else cost.calibrate(comm)
+    if rank == 0 and not args.json:
+        print(f"# allreduce benchmark: p = {p}, dtype {dtype.name}, check={'off' if args.no_check else 'on'}; "
+              f"cost model alpha = {params.alpha * 1e6:.2f} us, beta = {params.beta * 1e9:.3f} ns/B, "
+              f"gamma = {params.gamma * 1e9:.3f} ns/B ({'built-in' if args.no_calibrate else 'calibrated'})")
+        print("# algbw, busbw in GB/s; xMPI = time / MPI.Allreduce time; model = cost-model prediction")
+        print(HEADER, flush=True)
+    rows = run(comm, sizes, algorithms, dtype, not args.no_check, args.repeats, echo=not args.json)
+    if rank == 0:
+        if args.json:
+            json.dump({"p": p, "params": params.__dict__, "rows": rows}, sys.stdout, indent=1)
+            print()
+        if args.plot:
+            plot(rows, args.plot)
+            if not args.json:
+                print(f"# figure saved to {args.plot}")
+    return rows
+
+
+if __name__ == "__main__":
+    main()
