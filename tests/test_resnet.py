@@ -48,10 +48,11 @@ def test_resnet20_parity_with_torch(rng):
     torch = pytest.importorskip("torch")
     from torch_reference import TorchResNet, assert_state_dicts_equal, compare_forward_backward, load_into_torch
 
+    minidl.manual_seed(0)
     ours, theirs = nn.resnet(20, num_classes=10), TorchResNet(20, num_classes=10)
     load_into_torch(theirs, ours)
     x = rng.standard_normal((4, 3, 32, 32)).astype(np.float32)
-    compare_forward_backward(ours, theirs, x, rtol=2e-3, atol=2e-4)  # train mode: batch statistics
+    compare_forward_backward(ours, theirs, x, rtol=1e-3, atol=1e-4)  # train mode: batch statistics
     assert_state_dicts_equal(ours, theirs, rtol=1e-5, atol=1e-6)    # running statistics updated alike
     ours.eval()
     theirs.eval()

@@ -31,6 +31,12 @@ def assert_state_dicts_equal(ours, theirs: nn.Module, rtol: float = 1e-6, atol: 
         np.testing.assert_allclose(a[k], b[k].detach().numpy(), rtol=rtol, atol=atol, err_msg=k)
 
 
+def assert_close(ours: np.ndarray, ref: np.ndarray, rtol: float, atol: float, what: str) -> None:
+    """allclose with ``atol`` relative to the reference's largest magnitude (gradients of deep nets are not O(1))."""
+    np.testing.assert_allclose(ours, ref, rtol=rtol, atol=atol * max(1.0, float(np.abs(ref).max(initial=0))),
+                               err_msg=what)
+
+
 def compare_forward_backward(ours, theirs: nn.Module, x: np.ndarray, seed: int = 0, rtol: float = 1e-5,
                              atol: float = 1e-6, input_grad: bool = True) -> None:
     """Same input and upstream gradient through both: outputs, input gradient and every parameter gradient agree.
@@ -41,15 +47,15 @@ def compare_forward_backward(ours, theirs: nn.Module, x: np.ndarray, seed: int =
     xm = minidl.tensor(x, requires_grad=float_input) if x.dtype.kind == "f" else x
     xt = torch.tensor(x, requires_grad=float_input)
     ym, yt = ours(xm), theirs(xt)
-    np.testing.assert_allclose(ym.data, yt.detach().numpy(), rtol=rtol, atol=atol, err_msg="forward")
+    assert_close(ym.data, yt.detach().numpy(), rtol, atol, "forward")
     g = np.random.default_rng(seed).standard_normal(ym.shape).astype(ym.dtype)
     ym.backward(g)
     yt.backward(torch.from_numpy(g))
     if float_input:
-        np.testing.assert_allclose(xm.grad, xt.grad.numpy(), rtol=rtol, atol=atol, err_msg="input grad")
+        assert_close(xm.grad, xt.grad.numpy(), rtol, atol, "input grad")
     tp = dict(theirs.named_parameters())
     for name, p in ours.named_parameters():
-        np.testing.assert_allclose(p.grad, tp[name].grad.numpy(), rtol=rtol, atol=atol, err_msg=f"grad of {name}")
+        assert_close(p.grad, tp[name].grad.numpy(), rtol, atol, f"grad of {name}")
 
 
 class TorchBasicBlock(nn.Module):

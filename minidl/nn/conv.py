@@ -18,7 +18,8 @@ from __future__ import annotations
 import numpy as np
 
 from minidl.nn import init
-from minidl.nn.im2col import check_window, col2im, im2col, pair
+from minidl.nn.conv_implicit import ImplicitConv2dFunction
+from minidl.nn.im2col import check_conv_args, check_window, col2im, im2col, pair
 from minidl.nn.module import Module, Parameter
 from minidl.tensor import Function, Tensor, get_default_dtype
 
@@ -27,16 +28,8 @@ class Conv2dFunction(Function):
     """Fused convolution: inputs (x, weight) or (x, weight, bias); hand-written backward."""
 
     def forward(self, x, weight, bias=None, *, stride=(1, 1), padding=(0, 0)):
-        if weight.ndim != 4:
-            raise ValueError(f"conv2d: weight must be 4-D [out, in, kh, kw], got shape {weight.shape}")
+        check_conv_args(x, weight, bias)
         o, c, kh, kw = weight.shape
-        if x.ndim != 4 or x.shape[1] != c:
-            raise ValueError(f"conv2d: expected input [N, {c}, H, W] for weight of shape {weight.shape}, "
-                             f"got shape {x.shape}")
-        if x.dtype != weight.dtype:
-            raise TypeError(f"conv2d: input dtype {x.dtype} differs from weight dtype {weight.dtype}")
-        if bias is not None and bias.shape != (o,):
-            raise ValueError(f"conv2d: bias must have shape ({o},), got {bias.shape}")
         n = x.shape[0]
         oh, ow = check_window(x.shape, (kh, kw), stride, padding, "conv2d")
         cols = im2col(x, (kh, kw), stride, padding).reshape(n, c * kh * kw, oh * ow)
@@ -65,12 +58,25 @@ class Conv2dFunction(Function):
 
 
 def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: int | tuple[int, int] = 1,
-           padding: int | tuple[int, int] = 0) -> Tensor:
-    """x [N, C, H, W], weight [O, C, kh, kw], bias [O] or None -> [N, O, OH, OW]."""
-    kw = {"stride": pair(stride, "stride"), "padding": pair(padding, "padding")}
-    if bias is None:
-        return Conv2dFunction.apply(x, weight, **kw)
-    return Conv2dFunction.apply(x, weight, bias, **kw)
+           padding: int | tuple[int, int] = 0, method: str = "auto") -> Tensor:
+    """x [N, C, H, W], weight [O, C, kh, kw], bias [O] or None -> [N, O, OH, OW].
+
+    ``method``: "im2col" (explicit im2col and one matmul, any stride), "implicit" (stride 1 only: the
+    im2col matmul split into kh*kw matmuls over shifted views, see conv_implicit.py), or "auto"
+    (implicit where it applies, which is faster and uses less memory; im2col otherwise).
+    """
+    stride, padding = pair(stride, "stride"), pair(padding, "padding")
+    if method not in ("auto", "im2col", "implicit"):
+        raise ValueError(f"conv2d: method must be 'auto', 'im2col' or 'implicit', got {method!r}")
+    implicit_ok = stride == (1, 1) and all(p < k for p, k in zip(padding, weight.shape[2:]))
+    if method == "implicit" and not implicit_ok:
+        raise ValueError(f"conv2d: the implicit method needs stride 1 and padding < kernel size, got "
+                         f"stride={stride}, padding={padding}, kernel {tuple(weight.shape[2:])}")
+    if method == "implicit" or (method == "auto" and implicit_ok):
+        fn, kw = ImplicitConv2dFunction, {"padding": padding}
+    else:
+        fn, kw = Conv2dFunction, {"stride": stride, "padding": padding}
+    return fn.apply(x, weight, **kw) if bias is None else fn.apply(x, weight, bias, **kw)
 
 
 class Conv2d(Module):

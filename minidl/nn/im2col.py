@@ -53,6 +53,20 @@ def check_window(x_shape: tuple[int, ...], kernel: tuple[int, int], stride: tupl
     return oh, ow
 
 
+def check_conv_args(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None) -> None:
+    """Raise a clear error unless x [N, C, H, W], weight [O, C, kh, kw] and bias [O] (or None) fit together."""
+    if weight.ndim != 4:
+        raise ValueError(f"conv2d: weight must be 4-D [out, in, kh, kw], got shape {weight.shape}")
+    o, c = weight.shape[:2]
+    if x.ndim != 4 or x.shape[1] != c:
+        raise ValueError(f"conv2d: expected input [N, {c}, H, W] for weight of shape {weight.shape}, "
+                         f"got shape {x.shape}")
+    if x.dtype != weight.dtype:
+        raise TypeError(f"conv2d: input dtype {x.dtype} differs from weight dtype {weight.dtype}")
+    if bias is not None and bias.shape != (o,):
+        raise ValueError(f"conv2d: bias must have shape ({o},), got {bias.shape}")
+
+
 def pad2d(x: np.ndarray, padding: tuple[int, int], value: float = 0.0) -> np.ndarray:
     """x [N, C, H, W] with ``padding`` rows/columns of ``value`` on each side (x itself if no padding)."""
     ph, pw = padding

@@ -1,0 +1,114 @@
+"""Stride-1 convolution as "implicit im2col": the im2col matmul split into kh*kw matmuls over views.
+
+The im2col product out = W[O, C*kh*kw] @ cols splits along its inner dimension into one product per
+kernel tap (i, j):
+
+    out = sum_{i, j} W[:, :, i, j] @ cols[:, i, j]          (W[:, :, i, j] is [O, C])
+
+With stride 1, and the padded image stored flat, each tap's block cols[:, i, j] needs no copy at all.
+Let x_pad be [C, Hp, Wp] flattened to xf [C, Hp*Wp]. Compute the output on the padded width, i.e. at
+flat positions q = oh*Wp + ow for ow in [0, Wp) rather than [0, OW); then the input under tap (i, j) is
+
+    x_pad[c, oh + i, ow + j] = xf[c, q + i*Wp + j],
+
+a contiguous slice of xf shifted by i*Wp + j. So
+
+    outf[:, q] = sum_{i, j} W[:, :, i, j] @ xf[:, q + i*Wp + j]      for q in [0, OH*Wp)
+
+and the columns ow >= OW (windows that wrap around a row end) are dropped. The work is the same
+matmuls as im2col, without writing and reading the kh*kw times larger cols array; memory traffic is
+what bounds convolutions with few channels, so this is ~2x faster on CPU. The backward passes are the
+same idea:
+
+    dx = the same sum over g padded by (kh-1-ph, kw-1-pw) with the flipped, transposed kernel
+         (a stride-1 convolution's input gradient is the "full" correlation with the flipped kernel)
+    dW[:, :, i, j] = sum_n gf[n] @ xf[n, :, i*Wp + j : ...]^T
+         (gf: g on the padded-width grid, 0 in the dropped columns)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from minidl.nn.im2col import check_conv_args, check_window
+from minidl.tensor import Function
+
+
+def flat_pad(x: np.ndarray, padding: tuple[int, int], kw: int) -> np.ndarray:
+    """x [N, C, H, W] zero-padded and flattened to [N, C, Hp*Wp + kw - 1].
+
+    The kw - 1 extra zeros let the last row's shifted slices run past the end of the image (they feed
+    only dropped columns).
+    """
+    n, c, h, w = x.shape
+    ph, pw = padding
+    hp, wp = h + 2 * ph, w + 2 * pw
+    xf = np.zeros((n, c, hp * wp + kw - 1), dtype=x.dtype)
+    xf[:, :, :hp * wp].reshape(n, c, hp, wp)[:, :, ph:ph + h, pw:pw + w] = x
+    return xf
+
+
+def shifted_matmuls(xf: np.ndarray, taps: np.ndarray, row: int, rows: int) -> np.ndarray:
+    """sum over taps (i, j) of taps[i, j] @ xf[:, :, i*row + j : i*row + j + rows*row]  -> [N, O, rows*row].
+
+    xf [N, C, L] flat padded input with row length ``row``; taps [kh, kw, O, C].
+    """
+    kh, kw, o, _ = taps.shape
+    length = rows * row
+    out = np.empty((xf.shape[0], o, length), dtype=xf.dtype)
+    tmp = np.empty_like(out)
+    for i in range(kh):
+        for j in range(kw):
+            view = xf[:, :, i * row + j:i * row + j + length]
+            if i == 0 and j == 0:
+                np.matmul(taps[i, j], view, out=out)
+            else:
+                np.matmul(taps[i, j], view, out=tmp)
+                out += tmp
+    return out
+
+
+class ImplicitConv2dFunction(Function):
+    """Stride-1 convolution of x [N, C, H, W] with weight [O, C, kh, kw] (+ bias [O]), padding < kernel."""
+
+    def forward(self, x, weight, bias=None, *, padding=(0, 0)):
+        check_conv_args(x, weight, bias)
+        (kh, kw), (ph, pw) = weight.shape[2:], padding
+        oh, ow = check_window(x.shape, (kh, kw), (1, 1), padding, "conv2d")
+        if ph >= kh or pw >= kw:
+            raise ValueError(f"conv2d (implicit): padding {padding} must be smaller than the kernel {(kh, kw)}")
+        n, o, wp = x.shape[0], weight.shape[0], x.shape[3] + 2 * pw
+        xf = flat_pad(x, padding, kw)
+        outf = shifted_matmuls(xf, weight.transpose(2, 3, 0, 1), wp, oh)  # [N, O, OH*Wp]
+        out = outf.reshape(n, o, oh, wp)[:, :, :, :ow]
+        out = out + bias[:, None, None] if bias is not None else np.ascontiguousarray(out)
+        self.save_for_backward(xf, weight)
+        self.x_shape, self.padding = x.shape, padding
+        return out
+
+    def backward(self, g):
+        xf, weight = self.saved_tensors
+        n, o, oh, ow = g.shape
+        _, c, kh, kw = weight.shape
+        h, w = self.x_shape[2:]
+        ph, pw = self.padding
+        dx = dw = db = None
+        if self.needs_input_grad[0]:
+            full = (kh - 1 - ph, kw - 1 - pw)
+            gp = flat_pad(g, full, kw)
+            row = ow + 2 * full[1]
+            flipped = weight[:, :, ::-1, ::-1].transpose(2, 3, 1, 0)  # [kh, kw, C, O]
+            dx = shifted_matmuls(gp, flipped, row, h).reshape(n, c, h, row)[:, :, :, :w]
+        if self.needs_input_grad[1]:
+            wp = w + 2 * pw
+            gf = np.zeros((n, o, oh, wp), dtype=g.dtype)
+            gf[:, :, :, :ow] = g
+            gf = gf.reshape(n, o, oh * wp)
+            dw = np.empty_like(weight)
+            for i in range(kh):
+                for j in range(kw):
+                    view = xf[:, :, i * wp + j:i * wp + j + oh * wp]
+                    dw[:, :, i, j] = np.matmul(gf, view.transpose(0, 2, 1)).sum(axis=0)
+        if len(self.parents) == 3 and self.needs_input_grad[2]:
+            db = g.sum(axis=(0, 2, 3))
+        return (dx, dw) if len(self.parents) == 2 else (dx, dw, db)
