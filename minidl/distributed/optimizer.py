@@ -24,7 +24,15 @@ then clip, then ``opt.step()`` (which does not allreduce twice).
 update: ``step()`` and ``zero_grad()`` are still called every pass, but only every k-th ``step()``
 communicates and updates (it returns True then), and ``zero_grad()`` clears only after an update.
 With op="average" the result is the average over ranks *and* passes: k passes of batch b on P ranks
-equal one step with batch k*P*b.
+equal one step with batch k*P*b. Clip only on the updating pass::
+
+    if opt.will_update:
+        opt.synchronize()
+        optim.clip_grad_norm(model.parameters(), 5.0)
+    opt.step()
+
+The first allreduce of each fusion plan runs the collectives' agreement check (every rank must pack
+the same sizes and dtypes, else a clear error on every rank); later ones skip it.
 """
 
 from __future__ import annotations
