@@ -21,33 +21,27 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
-import subprocess
 import sys
-import time
 
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ[_var] = "1"  # before NumPy / torch load their BLAS
-
-import numpy as np  # noqa: E402
+from harness import peak_rss_mb, spawn, time_steps  # sets the BLAS thread counts; import NumPy after it
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 
 def _result(impl: str, times: list[tuple[float, float]], words: int, loss: float) -> dict:
     """Words/s from the median step time, wall-clock and CPU (the process's own CPU seconds, which do not
     count the time the OS gave its core to someone else: the fairer number on a shared machine)."""
+    import numpy as np
+
     wall, cpu = np.median(np.array(times), axis=0)
     return {"impl": impl, "words_per_s": words / wall, "ms_per_step": 1e3 * wall, "cpu_words_per_s": words / cpu,
-            "cpu_ms_per_step": 1e3 * cpu, "loss": loss, "peak_rss_mb": _peak_rss_mb()}
+            "cpu_ms_per_step": 1e3 * cpu, "loss": loss, "peak_rss_mb": peak_rss_mb()}
 
 
-def _tokens(vocab: int, T: int, B: int, n: int) -> np.ndarray:
+def _tokens(vocab: int, T: int, B: int, n: int):
     """n + 1 windows of random token ids [T, B] (speed does not depend on the values)."""
+    import numpy as np
+
     return np.random.default_rng(0).integers(0, vocab, size=(n + 1, T + 1, B))
 
 
@@ -79,19 +73,14 @@ def run_minidl(cfg: dict, steps: int, warmup: int, profile: bool) -> dict:
         opt.step()
         return loss.item()
 
-    for i in range(warmup):
-        step(i)
     if profile:
         import cProfile
         import pstats
+        import time
 
-        prof = cProfile.Profile()
+        prof = cProfile.Profile(time.process_time)
         prof.enable()
-    times = []
-    for i in range(warmup, warmup + steps):
-        t0, c0 = time.perf_counter(), time.process_time()
-        loss = step(i)
-        times.append((time.perf_counter() - t0, time.process_time() - c0))
+    times, loss = time_steps(step, warmup, steps)
     if profile:
         prof.disable()
         pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(18)
@@ -137,13 +126,7 @@ def run_torch(cfg: dict, steps: int, warmup: int) -> dict:
         opt.step()
         return loss.item()
 
-    for i in range(warmup):
-        step(i)
-    times = []
-    for i in range(warmup, warmup + steps):
-        t0, c0 = time.perf_counter(), time.process_time()
-        loss = step(i)
-        times.append((time.perf_counter() - t0, time.process_time() - c0))
+    times, loss = time_steps(step, warmup, steps)
     return _result("torch", times, T * B, loss)
 
 
@@ -164,15 +147,8 @@ def _child(args) -> None:
 
 
 def _spawn(impl: str, args) -> dict | None:
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", impl, "--preset", args.preset,
-           "--steps", str(args.steps), "--warmup", str(args.warmup)] + (["--profile"] if args.profile else [])
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.stderr:
-        sys.stderr.write(proc.stderr)
-    if proc.returncode != 0:
-        print(f"{impl}: failed (exit {proc.returncode})", file=sys.stderr)
-        return None
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return spawn(__file__, ["--child", impl, "--preset", args.preset, "--steps", str(args.steps),
+                            "--warmup", str(args.warmup)] + (["--profile"] if args.profile else []))
 
 
 def main() -> None:

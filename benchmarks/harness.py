@@ -1,0 +1,50 @@
+"""What the framework-vs-framework benchmarks share: each side runs in its own subprocess (so its peak RSS
+is its own and its BLAS threads are set before import), steps are timed in wall-clock and CPU seconds, and
+the child reports one JSON line.
+
+    result = spawn(__file__, ["--child", "torch", "--steps", "20"])    # parent
+    times = time_steps(step, warmup=3, steps=20)                       # child: [(wall_s, cpu_s), ...]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_var] = "1"  # before NumPy / torch load their BLAS
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set size in MB (Linux reports ru_maxrss in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def time_steps(step: Callable[[int], float], warmup: int, steps: int) -> tuple[list[tuple[float, float]], float]:
+    """Run ``step(i)`` for warmup + steps iterations; return the (wall, CPU) seconds of each timed one and the
+    last step's return value (a loss). CPU seconds are the process's own: they do not count time the OS gave
+    the core to another process, the fairer number on a shared machine."""
+    for i in range(warmup):
+        step(i)
+    times, last = [], float("nan")
+    for i in range(warmup, warmup + steps):
+        t0, c0 = time.perf_counter(), time.process_time()
+        last = step(i)
+        times.append((time.perf_counter() - t0, time.process_time() - c0))
+    return times, last
+
+
+def spawn(script: str, argv: list[str]) -> dict | None:
+    """Run ``python script *argv`` and parse the JSON object on its last stdout line (None if it failed)."""
+    proc = subprocess.run([sys.executable, os.path.abspath(script), *argv], capture_output=True, text=True)
+    if proc.stderr:
+        sys.stderr.write(proc.stderr)
+    if proc.returncode != 0:
+        print(f"{os.path.basename(script)} {' '.join(argv)}: failed (exit {proc.returncode})", file=sys.stderr)
+        return None
+    return json.loads(proc.stdout.strip().splitlines()[-1])
