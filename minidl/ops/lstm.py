@@ -171,9 +171,3 @@ class LSTMFunction(Function):
             grads += [db if need[5] else None, db.copy() if need[6] else None]
         return tuple(grads)
 
-
-def lstm_layer(x, h0, c0, weight_ih, weight_hh, bias_ih=None, bias_hh=None):
-    """One LSTM layer over a sequence (Tensors in, Tensors out): ``out [T,B,H], (hT, cT) [B,H]``."""
-    biases = () if bias_ih is None else (bias_ih, bias_hh)
-    out, hT, cT = LSTMFunction.apply(x, h0, c0, weight_ih, weight_hh, *biases)
-    return out, (hT, cT)
