@@ -2,6 +2,8 @@
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import minidl
 from minidl import nn
@@ -69,6 +71,32 @@ def test_fused_matches_composed_float64(rng, num_layers, bias):
     for a, b in zip(fused_grads, ref_grads):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
     assert all(np.abs(g).max() > 0 for g in fused_grads)  # every gradient actually flowed
+
+
+@settings(max_examples=15)
+@given(T=st.integers(0, 5), B=st.integers(1, 3), I=st.integers(1, 4), H=st.integers(1, 4), L=st.integers(1, 3),
+       seed=st.integers(0, 2**16))
+def test_fused_matches_composed_any_shape(T, B, I, H, L, seed):
+    """The same agreement over random sizes, including T = 0 (the state passes through unchanged)."""
+    minidl.set_default_dtype(np.float64)
+    rng = np.random.default_rng(seed)
+    lstm = nn.LSTM(I, H, num_layers=L)
+    cells = _cells_like(lstm)
+    x, h0, c0 = _t(rng, T, B, I), _t(rng, L, B, H), _t(rng, L, B, H)
+    out, (h, c) = lstm(x, (h0, c0))
+    ((h * 2.0).sum() + c.sum() + (out * out).sum()).backward()
+    grads = [g.grad.copy() for g in (x, h0, c0)]
+    if T == 0:
+        np.testing.assert_array_equal(h.data, h0.data)
+        np.testing.assert_array_equal(grads[2], np.ones((L, B, H)))
+        return
+    for p in (x, h0, c0):
+        p.grad = None
+    ref_out, ref_h, ref_c = _unrolled(cells, x, h0, c0)
+    ((ref_h * 2.0).sum() + ref_c.sum() + (ref_out * ref_out).sum()).backward()
+    np.testing.assert_allclose(out.data, ref_out.data, atol=1e-6)
+    for g, p in zip(grads, (x, h0, c0)):
+        np.testing.assert_allclose(g, p.grad, atol=1e-6)
 
 
 def test_fused_function_gradcheck(rng):
