@@ -26,12 +26,13 @@ MAX_DIMS = 4  # dims stored in the header; longer shapes are compared through th
 HEADER = np.dtype(
     [
         ("size", "<i8"),
+        ("nbytes", "<i8"),  # so that a receiver can size its buffer for the data that follows (pof2 fused check)
         ("ndim", "<i8"),  # -1: this rank passed no array (allowed for non-roots of scatter and broadcast)
         ("shape", "<i8", (MAX_DIMS,)),
         ("shape_crc", "<i8"),
         ("root", "<i8"),
         ("dtype", "S16"),
-        ("op", "S16"),
+        ("op", "S8"),
         ("call", "S32"),
     ]
 )
@@ -46,14 +47,14 @@ def as_native_array(x: Any) -> np.ndarray:
     x = np.asarray(x)
     if not x.dtype.isnative:
         x = x.astype(x.dtype.newbyteorder("="))
-    return np.ascontiguousarray(x)
+    return x if x.flags.c_contiguous else x.copy(order="C")
 
 
 @functools.lru_cache(maxsize=256)
 def _words(dtype: str, op: str, call: str) -> tuple[int, ...]:
     """The text fields of the header as 8 int64 words (cached: building the header is on every call's path)."""
-    text = np.zeros((), [("dtype", "S16"), ("op", "S16"), ("call", "S32")])
-    text["dtype"], text["op"], text["call"] = dtype.encode()[:16], op.encode()[:16], call.encode()[:32]
+    text = np.zeros((), [("dtype", "S16"), ("op", "S8"), ("call", "S32")])
+    text["dtype"], text["op"], text["call"] = dtype.encode()[:16], op.encode()[:8], call.encode()[:32]
     return tuple(np.frombuffer(text.tobytes(), dtype="<i8").tolist())
 
 
@@ -66,8 +67,8 @@ def _shape_words(shape: tuple[int, ...]) -> tuple[int, ...]:
 def header(x: np.ndarray | None, op: str, call: str, root: int) -> np.ndarray:
     """This rank's 128-byte description of its call: 16 int64 words laid out as HEADER."""
     if x is None:
-        return np.array([0, -1, *[0] * (MAX_DIMS + 1), root, *_words("", str(op), call)], dtype="<i8")
-    return np.array([x.size, *_shape_words(x.shape), root, *_words(x.dtype.str, str(op), call)], dtype="<i8")
+        return np.array([0, 0, -1, *[0] * (MAX_DIMS + 1), root, *_words("", str(op), call)], dtype="<i8")
+    return np.array([x.size, x.nbytes, *_shape_words(x.shape), root, *_words(x.dtype.str, str(op), call)], dtype="<i8")
 
 
 def exchange_headers(comm: Any, x: np.ndarray | None, op: str, call: str, root: int = -1) -> np.ndarray:

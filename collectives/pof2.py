@@ -41,6 +41,12 @@ class Fold:
         """The lowest old rank new rank ``newrank`` stands for (2i for a folded pair)."""
         return 2 * newrank if newrank < self.rem else newrank + self.rem
 
+    def ranks_of_group(self, newrank: int, size: int) -> slice:
+        """The old ranks standing for the aligned group of ``size`` new ranks that contains ``newrank``."""
+        start = newrank - newrank % size
+        end = start + size
+        return slice(self.first_rank_of(start), self.first_rank_of(end) if end < self.pof2 else self.p)
+
 
 def fold_in(comm: Any, x: np.ndarray, acc: np.ndarray, f: np.ufunc, fold: Fold) -> np.ndarray:
     """Even rank 2i sends x to 2i+1, which sets acc = f(x_2i, x_2i+1). Returns the rank's partial result."""

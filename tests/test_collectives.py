@@ -253,6 +253,22 @@ def test_mismatched_sizes_dtypes_shapes_raise_on_every_rank(algorithm):
     assert "(3, 2)" in errors_on_every_rank(4, shapes, collectives.MismatchError)
 
 
+@settings(max_examples=40)
+@given(p=st.integers(2, 9), bad=st.integers(0, 8), what=st.sampled_from(["size", "dtype", "shape", "op"]),
+       algorithm=st.sampled_from(collectives.ALGORITHMS))
+def test_any_rank_that_disagrees_is_named_on_every_rank(p, bad, what, algorithm):
+    bad %= p
+
+    def fn(comm):
+        odd = comm.Get_rank() == bad
+        shape = (5 if odd and what == "size" else 4,) if what != "shape" else ((2, 2) if odd else (4,))
+        x = np.ones(shape, np.int32 if odd and what == "dtype" else np.float32)
+        collectives.allreduce(comm, x, op="max" if odd and what == "op" else "sum", algorithm=algorithm)
+
+    msg = errors_on_every_rank(p, fn, collectives.MismatchError)
+    assert f"ranks [{bad}]:" in msg
+
+
 def test_mismatched_ops_algorithms_and_roots_raise_on_every_rank():
     ops = ["sum", "max", "sum"]
     msg = errors_on_every_rank(3, lambda comm: collectives.allreduce(comm, np.ones(2), op=ops[comm.Get_rank()]),
