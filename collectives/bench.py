@@ -39,19 +39,24 @@ def human(nbytes: int) -> str:
     return str(nbytes)
 
 
-def time_allreduce(comm, call, repeats: int) -> tuple[float, np.ndarray]:
-    """Median over repeats of the slowest rank's time (seconds), and the last result."""
+def time_calls(comm, calls: dict, repeats: int) -> tuple[dict, dict]:
+    """Median over repeats of the slowest rank's time (seconds) for each call, and each call's last result.
+
+    The calls take turns within every repeat, so that load from other processes (this is a shared
+    machine) falls on all of them alike and their ratios stay meaningful.
+    """
     from mpi4py import MPI
 
-    out = call()  # warm up (allocations, first-touch of pages, MPI connections)
-    times = np.empty(repeats)
+    results = {name: call() for name, call in calls.items()}  # warm up: allocations, first touch, connections
+    times = np.empty((len(calls), repeats))
     for i in range(repeats):
-        comm.Barrier()
-        t0 = time.perf_counter()
-        out = call()
-        times[i] = time.perf_counter() - t0
+        for j, call in enumerate(calls.values()):
+            comm.Barrier()
+            t0 = time.perf_counter()
+            call()
+            times[j, i] = time.perf_counter() - t0
     comm.Allreduce(MPI.IN_PLACE, times, op=MPI.MAX)
-    return float(np.median(times)), out
+    return {name: float(np.median(times[j])) for j, name in enumerate(calls)}, results
 
 
 def run(comm, sizes: list[int], algorithms: list[str], dtype: np.dtype, check: bool = True,
@@ -71,26 +76,26 @@ def run(comm, sizes: list[int], algorithms: list[str], dtype: np.dtype, check: b
             comm.Allreduce(x, out, op=MPI.SUM)
             return out
 
-        t_mpi, ref = time_allreduce(comm, mpi_call, reps)
-        for name in ["mpi", *algorithms]:
-            if name == "mpi":
-                t, out, chosen = t_mpi, ref, "mpi"
-            else:
-                chosen = collectives.choose_algorithm(p, x.nbytes)[0] if name == "auto" else name
-                t, out = time_allreduce(
-                    comm, lambda name=name, x=x: collectives.allreduce(comm, x, algorithm=name, check=check), reps
-                )
-            wrong = np.array([np.count_nonzero(out != ref)], dtype=np.int64)
+        calls = {"mpi": mpi_call}
+        for name in algorithms:
+            calls[name] = lambda name=name, x=x: collectives.allreduce(comm, x, algorithm=name, check=check)
+        times, results = time_calls(comm, calls, reps)
+        for name in calls:
+            t, out = times[name], results[name]
+            chosen = collectives.choose_algorithm(p, x.nbytes)[0] if name == "auto" else name
+            wrong = np.array([np.count_nonzero(out != results["mpi"])], dtype=np.int64)
             comm.Allreduce(MPI.IN_PLACE, wrong, op=MPI.SUM)
             predicted = None
             if chosen != "mpi":
-                predicted = cost.predict(chosen, p, x.nbytes) + (cost.predict_check(p) if check and p > 1 else 0.0)
+                predicted = cost.predict(chosen, p, x.nbytes)
+                if check and p > 1 and chosen != "recursive_doubling":  # recursive doubling carries the check along
+                    predicted += cost.predict_check(p)
             algbw = x.nbytes / t / 1e9 if t > 0 else 0.0
             rows.append({
                 "p": p, "size": x.nbytes, "count": count, "dtype": dtype.name,
                 "algorithm": name if name != "auto" else f"auto({chosen})",
                 "time_us": t * 1e6, "algbw_GBps": algbw, "busbw_GBps": algbw * 2 * (p - 1) / p,
-                "wrong": int(wrong[0]), "x_mpi_time": t / t_mpi if t_mpi > 0 else float("nan"),
+                "wrong": int(wrong[0]), "x_mpi_time": t / times["mpi"] if times["mpi"] > 0 else float("nan"),
                 "predicted_us": None if predicted is None else predicted * 1e6, "repeats": reps,
             })
             if rank == 0 and echo:
