@@ -9,6 +9,10 @@ gradients for the 4.65M parameters), clipping at norm 5, SGD. Reported per P and
     words/s per rank   the same / P
     efficiency         words/s(P) / (P * words/s(1)), the single-process run without any wrapper as 1
     compute / wait / comm   the DistributedOptimizer's mean breakdown per step (ms)
+    comm-only eff.     t(1) / (t(1) + comm): the efficiency if the only cost of P ranks were the
+                       communication - what a machine with a free core per rank approaches. On a
+                       shared machine (other jobs on the cores) "compute" at P > 1 grows with the
+                       contention, and the measured efficiency falls below this bound.
 
 The script launches ``mpiexec -n P`` itself for each P (``--max-ranks``: 1, 2, 4, ... up to it, plus the
 maximum; or ``--ranks 1,2,3``), with one BLAS thread per rank. On a cluster whose launcher is not mpiexec,
@@ -120,15 +124,17 @@ def launch(P: int, args: argparse.Namespace) -> list[dict]:
 
 def table(rows: list[dict]) -> str:
     base = next((r["words_per_s"] for r in rows if r["P"] == 1), None)
+    t1 = next((r["ms_per_step"] for r in rows if r["P"] == 1), None)
     head = (f"{'P':>3}  {'algorithm':<19}{'words/s':>9}{'per rank':>10}{'effic.':>8}"
-            f"{'ms/step':>9}{'compute':>9}{'wait':>7}{'comm':>7}")
+            f"{'ms/step':>9}{'compute':>9}{'wait':>7}{'comm':>7}{'comm-only eff.':>16}")
     lines = [head, "-" * len(head)]
     for r in rows:
         eff = f"{100 * r['words_per_s'] / (r['P'] * base):.0f}%" if base else "-"
         parts = "".join(f"{r[k]:>{w}.1f}" if k in r else f"{'-':>{w}}"
                         for k, w in (("compute_ms", 9), ("wait_ms", 7), ("communication_ms", 7)))
+        bound = f"{100 * t1 / (t1 + r['communication_ms']):.0f}%" if t1 and "communication_ms" in r else "-"
         lines.append(f"{r['P']:>3}  {r['algorithm']:<19}{r['words_per_s']:>9.0f}{r['words_per_s_per_rank']:>10.0f}"
-                     f"{eff:>8}{r['ms_per_step']:>9.1f}{parts}")
+                     f"{eff:>8}{r['ms_per_step']:>9.1f}{parts}{bound:>16}")
     return "\n".join(lines)
 
 
@@ -145,6 +151,7 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--json", default=None, help="also write the rows to this file")
     ap.add_argument("--quick", action="store_true", help="a few steps only (smoke test)")
+    ap.add_argument("--from-json", default=None, help="print the table of rows saved with --json, measure nothing")
     args = ap.parse_args()
     if args.quick:
         args.steps, args.warmup = 3, 1
@@ -153,6 +160,10 @@ def main() -> None:
         return
     counts = [int(p) for p in args.ranks.split(",")] if args.ranks else rank_counts(args.max_ranks)
     best: dict[tuple[int, str], dict] = {}
+    if args.from_json:
+        with open(args.from_json) as f:
+            best = {(r["P"], r["algorithm"]): r for r in json.load(f)}
+        args.repeats = 0
     for _ in range(args.repeats):
         for P in counts:  # interleaved repeats: a noisy neighbour hits every P alike
             for row in launch(P, args):
@@ -162,13 +173,17 @@ def main() -> None:
     rows = sorted(best.values(), key=lambda r: (r["P"], ALGORITHMS.index(r["algorithm"])
                                                  if r["algorithm"] in ALGORITHMS else -1))
     print(f"Zaremba-small LSTM LM (vocab {VOCAB}, {LAYERS}x{HIDDEN}, T={T}, b={B} per rank), "
-          f"weak scaling, compression={args.compression}, median of {args.steps} steps, best of {args.repeats}")
+          f"weak scaling, compression={args.compression}, "
+          + (f"rows from {args.from_json}" if args.from_json
+             else f"median of {args.steps} steps, best of {args.repeats}"))
     print(table(rows))
     for P in sorted({r["P"] for r in rows if r["P"] > 1}):
         top = max((r for r in rows if r["P"] == P), key=lambda r: r["words_per_s"])
         base = next((r["words_per_s"] for r in rows if r["P"] == 1), None)
         if base:
             print(f"P={P}: best algorithm {top['algorithm']}, efficiency {100 * top['words_per_s'] / (P * base):.0f}%")
+    if args.from_json:
+        return
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
