@@ -14,7 +14,9 @@ from typing import Any
 import numpy as np
 
 from collectives import naive, rabenseifner, recursive_doubling, ring, tree
+from collectives.check import agree
 from collectives.cost import ALGORITHMS, CostParams, get_params, predict
+from collectives.pof2 import allgather_blocks
 
 _ALLREDUCE = {
     "naive": naive.allreduce,
@@ -64,8 +66,20 @@ def reduce_scatter(comm: Any, x: Any, op: str = "sum", algorithm: str = "ring") 
 
 
 def allgather(comm: Any, x: Any, algorithm: str = "ring") -> np.ndarray:
-    """Every rank's ``x`` stacked, shape (p, *x.shape), on every rank. ``algorithm``: "ring" or "recursive_doubling"."""
-    impl = {"ring": ring.allgather, "recursive_doubling": recursive_doubling.allgather}
-    if algorithm not in impl:
+    """Every rank's ``x`` (same shape and dtype on all), stacked: shape (p, *x.shape) on every rank.
+
+    ``algorithm``: "ring" (ring.allgather_into: p - 1 steps of one block) or "recursive_doubling"
+    (pof2.allgather_blocks: log2 p steps of doubling size, + 2 when p is not a power of two).
+    """
+    if algorithm not in ("ring", "recursive_doubling"):
         raise ValueError(f"unknown allgather algorithm {algorithm!r}: expected 'ring' or 'recursive_doubling'")
-    return impl[algorithm](comm, x)
+    shape = np.shape(x)
+    x, _ = agree(comm, x, None, f"{algorithm}.allgather")
+    rank, p, m = comm.Get_rank(), comm.Get_size(), x.size
+    out = np.empty(p * m, dtype=x.dtype)
+    out[rank * m:(rank + 1) * m] = x
+    if algorithm == "ring":
+        ring.allgather_into(comm, out, [r * m for r in range(p + 1)])
+    else:
+        allgather_blocks(comm, out, m)
+    return out.reshape((p, *shape))

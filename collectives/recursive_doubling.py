@@ -17,7 +17,7 @@ the headers first and sizes its buffer by the sender's header, so mismatched ran
 overflow a buffer; their data is simply not combined, and after the last exchange every rank
 holds every header and raises the same MismatchError. For short vectors this halves the time.
 
-Also here, the recursive-doubling allgather (any p, with the same fold):
+The recursive-doubling allgather (any p, with the same fold) is pof2.allgather_blocks:
     allgather   (log2 p' + 2d) alpha + about (p - 1 + d (p + 1)) m beta   for m bytes per rank
 """
 
@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from collectives.check import HEADER, agree, as_native_array, header, raise_mismatch
+from collectives.check import HEADER, as_native_array, header, raise_mismatch
 from collectives.common import TAG_CHECK, TAG_EXCHANGE, TAG_FOLD, combine, reduction, waitall
-from collectives.pof2 import Fold, allgather_blocks
+from collectives.pof2 import Fold
 
 NAME = "recursive_doubling.allreduce"
 
@@ -121,13 +121,3 @@ def allreduce(comm: Any, x: Any, op: str = "sum", check: bool = True) -> np.ndar
         acc[...] = x
     return acc.reshape(shape)
 
-
-def allgather(comm: Any, x: Any) -> np.ndarray:
-    """Every rank's ``x`` (same shape and dtype on all), stacked: shape (p, *x.shape) on every rank."""
-    shape = np.shape(x)
-    x, _ = agree(comm, x, None, "recursive_doubling.allgather")
-    rank, p, m = comm.Get_rank(), comm.Get_size(), x.size
-    out = np.empty(p * m, dtype=x.dtype)
-    out[rank * m:(rank + 1) * m] = x
-    allgather_blocks(comm, out, m)
-    return out.reshape((p, *shape))

@@ -74,13 +74,3 @@ def reduce_scatter(comm: Any, x: Any, op: str = "sum") -> np.ndarray:
     reduce_scatter_into(comm, x, acc, f, b)
     return acc[b[rank]:b[rank + 1]].copy()
 
-
-def allgather(comm: Any, x: Any) -> np.ndarray:
-    """Every rank's ``x`` (same shape and dtype on all), stacked: shape (p, *x.shape) on every rank."""
-    shape = np.shape(x)
-    x, _ = agree(comm, x, None, "ring.allgather")
-    rank, p, m = comm.Get_rank(), comm.Get_size(), x.size
-    out = np.empty(p * m, dtype=x.dtype)
-    out[rank * m:(rank + 1) * m] = x
-    allgather_into(comm, out, [r * m for r in range(p + 1)])
-    return out.reshape((p, *shape))

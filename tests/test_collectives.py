@@ -11,28 +11,10 @@ import collectives
 from collectives import cost
 from collectives.common import TAG_CHECK, block_bounds
 from collectives.simulated import traffic
+from collectives.testing import SUPPORTED_KINDS, rank_data
 
 DTYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint64", "float16", "float32", "float64",
           "complex64", "complex128", "bool"]
-SUPPORTED = {  # op -> dtype kinds it is defined for
-    "sum": "iufc", "prod": "iufc", "max": "biuf", "min": "biuf",
-}
-
-
-def rank_data(seed, rank, shape, dtype, op):
-    """Rank ``rank``'s array: integers anywhere in range (wrap-around is exact), floats of modest size."""
-    rng = np.random.default_rng([seed, rank])
-    dtype = np.dtype(dtype)
-    if dtype.kind == "b":
-        return rng.integers(0, 2, shape).astype(bool)
-    if dtype.kind in "iu":
-        info = np.iinfo(dtype)
-        return rng.integers(info.min, info.max, shape, dtype=dtype, endpoint=True)
-    lo, hi = (0.5, 1.5) if op == "prod" else (-4.0, 4.0)  # products near 1 neither overflow nor underflow
-    values = rng.uniform(lo, hi, shape)
-    if dtype.kind == "c":
-        values = values + 1j * rng.uniform(lo, hi, shape)
-    return values.astype(dtype)
 
 
 def assert_reduction(out, xs, op):
@@ -68,7 +50,7 @@ def run_allreduce(p, xs, op, algorithm, check=True):
 @st.composite
 def cases(draw):
     dtype = draw(st.sampled_from(DTYPES))
-    op = draw(st.sampled_from([o for o, kinds in SUPPORTED.items() if np.dtype(dtype).kind in kinds]))
+    op = draw(st.sampled_from([o for o, kinds in SUPPORTED_KINDS.items() if np.dtype(dtype).kind in kinds]))
     shape = draw(array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=6))
     return draw(st.integers(1, 16)), dtype, op, shape, draw(st.integers(0, 2**32 - 1))
 

@@ -14,26 +14,11 @@ from hypothesis.extra.numpy import array_shapes
 from mpi4py import MPI
 
 import collectives
+from collectives.testing import SUPPORTED_KINDS, rank_data
 
 MPI_OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}
 BOOL_OPS = {"max": MPI.LOR, "min": MPI.LAND}  # MPI has no MAX/MIN for C bool; or/and are the same thing
 DTYPES = ["int8", "int32", "int64", "uint16", "uint64", "float16", "float32", "float64", "complex128", "bool"]
-KINDS = {"sum": "iufc", "prod": "iufc", "max": "biuf", "min": "biuf"}
-
-
-def rank_data(seed, rank, shape, dtype, op):
-    rng = np.random.default_rng([seed, rank])
-    dtype = np.dtype(dtype)
-    if dtype.kind == "b":
-        return rng.integers(0, 2, shape).astype(bool)
-    if dtype.kind in "iu":
-        info = np.iinfo(dtype)
-        return rng.integers(info.min, info.max, shape, dtype=dtype, endpoint=True)
-    lo, hi = (0.5, 1.5) if op == "prod" else (-4.0, 4.0)
-    values = rng.uniform(lo, hi, shape)
-    if dtype.kind == "c":
-        values = values + 1j * rng.uniform(lo, hi, shape)
-    return values.astype(dtype)
 
 
 def mpi_allreduce(comm, x, op):
@@ -66,7 +51,7 @@ def assert_close_to_mpi(out, ref, x, op, p):
 @st.composite
 def cases(draw):
     dtype = draw(st.sampled_from(DTYPES))
-    op = draw(st.sampled_from([o for o, kinds in KINDS.items() if np.dtype(dtype).kind in kinds]))
+    op = draw(st.sampled_from([o for o, kinds in SUPPORTED_KINDS.items() if np.dtype(dtype).kind in kinds]))
     shape = draw(array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=7))
     return dtype, op, shape, draw(st.integers(0, 2**32 - 1))
 
