@@ -51,8 +51,9 @@ def _per_channel(v: np.ndarray, ndim: int) -> np.ndarray:
 
 
 def channel_sum(x: np.ndarray, dtype=None) -> np.ndarray:
-    """Per-channel sum of x [N, C, *spatial] -> [C]: first over the contiguous spatial axis, then over N."""
-    return _channel_view(x).sum(axis=2, dtype=dtype).sum(axis=0)
+    """Per-channel sum of x [N, C, *spatial] -> [C]: first over the contiguous spatial axis (NumPy's pairwise
+    summation, accurate in x's dtype), then over N in ``dtype``."""
+    return _channel_view(x).sum(axis=2).sum(axis=0, dtype=dtype)
 
 
 def batch_moments(x: np.ndarray, reduce: Reduce | None = None) -> tuple[np.ndarray, np.ndarray, int]:
