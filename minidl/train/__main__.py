@@ -1,0 +1,25 @@
+"""``python -m minidl.train {lm,cnn} [flags]``: dispatch to the language-model or the CNN trainer."""
+
+from __future__ import annotations
+
+import sys
+
+PROGRAMS = {"lm": "an LSTM language model (Zaremba et al. 2014)", "cnn": "a ResNet on images"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in PROGRAMS:
+        lines = "\n".join(f"  {name:4s} {what}" for name, what in PROGRAMS.items())
+        print(f"usage: python -m minidl.train {{lm,cnn}} [--help] [flags]\n\nprograms:\n{lines}", file=sys.stderr)
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    if argv[0] == "lm":
+        from minidl.train import lm as program
+    else:
+        from minidl.train import cnn as program
+    program.main(argv[1:])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,281 @@
+"""What both training programs share: arguments, ranks, progress lines, checkpoints, evaluation sums.
+
+A run is serial (one process, no MPI import at all) or data-parallel (``--parallel data`` under
+``mpiexec``: every rank holds the model, trains on its own share of each batch, and the gradients
+are averaged by ``minidl.distributed.DistributedOptimizer`` before each update). The batch size
+given on the command line is **per rank** (Horovod's convention, weak scaling): P ranks with batch
+b train with a global batch of P*b, and words/s (or images/s) per rank stay comparable across P,
+so scaling efficiency = per-rank throughput at P ranks / throughput of one rank (``--baseline-wps``).
+
+Only rank 0 prints. Checkpoints have the layout of ``minidl.distributed.save_checkpoint`` in both
+modes (a serial run is the one-rank case), so a resumed run continues exactly where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+import minidl
+import minidl.distributed as dist
+from minidl.distributed.timing import PHASES
+from minidl.nn.module import Module
+from minidl.optim.optimizer import Optimizer
+
+
+# ----------------------------------------------------------------------------- arguments
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
+def add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags every program takes: length of the run, checkpoints, numerics, and data parallelism."""
+    run = parser.add_argument_group("run")
+    run.add_argument("--epochs", type=positive_int, help="epochs to train (default: the preset's)")
+    run.add_argument("--max-steps", type=positive_int,
+                     help="stop after this many optimizer steps in all (counting those before a --resume)")
+    run.add_argument("--lr", type=positive_float, help="learning rate (default: the preset's)")
+    run.add_argument("--batch-size", type=positive_int, help="examples (LM: streams) per rank per step")
+    run.add_argument("--seed", type=int, default=0, help="seed of initialization, dropout and shuffling (default 0)")
+    run.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="parameter dtype")
+    run.add_argument("--log-every", type=positive_int, help="optimizer steps between progress lines")
+    run.add_argument("--save", metavar="PATH", help="write a checkpoint (.npz) after every epoch and at the end")
+    run.add_argument("--resume", metavar="PATH", help="continue exactly from a checkpoint written by --save")
+    run.add_argument("--quick", action="store_true", help="tiny data and model: finishes in seconds (tests)")
+
+    par = parser.add_argument_group("data parallelism (run under mpiexec -n P)")
+    par.add_argument("--parallel", choices=("none", "data"), default="none",
+                     help="'data': average gradients over the MPI ranks (Horovod-style)")
+    par.add_argument("--allreduce", choices=dist.ALGORITHMS, default="ring", help="allreduce algorithm (default ring)")
+    par.add_argument("--fusion-mb", type=float, default=64.0,
+                     help="tensor fusion: gradient MiB packed per allreduce (0: one per parameter)")
+    par.add_argument("--compression", choices=("none", "fp16"), default="none", help="gradients on the wire")
+    par.add_argument("--baseline-wps", type=positive_float, metavar="X",
+                     help="throughput of one rank alone (words/s or images/s): prints the scaling efficiency")
+
+
+def apply_overrides(config: Any, args: argparse.Namespace, mapping: dict[str, str]) -> Any:
+    """``config.with_(field=value)`` for every command-line flag given (``mapping``: arg name -> field)."""
+    changes = {fld: getattr(args, arg) for arg, fld in mapping.items() if getattr(args, arg, None) is not None}
+    return config.with_(**changes) if changes else config
+
+
+def quick_requested(args: argparse.Namespace) -> bool:
+    return bool(args.quick or os.environ.get("MINIDL_QUICK") == "1")
+
+
+# ----------------------------------------------------------------------------- ranks
+class SingleProcess:
+    """The one-rank communicator of a serial run: enough of mpi4py's interface for the checkpoint
+    functions of ``minidl.distributed`` (which send nothing when there is one rank), and no MPI."""
+
+    def Get_rank(self) -> int:  # noqa: N802 - mpi4py's names
+        return 0
+
+    def Get_size(self) -> int:  # noqa: N802
+        return 1
+
+    def Barrier(self) -> None:  # noqa: N802
+        pass
+
+
+@dataclass
+class Context:
+    """Where this process stands: its communicator, rank and size, and how gradients are averaged."""
+
+    comm: Any
+    rank: int = 0
+    size: int = 1
+    parallel: bool = False
+    algorithm: str = "ring"
+
+    @property
+    def is_root(self) -> bool:
+        return self.rank == 0
+
+    def log(self, *parts: Any) -> None:
+        """Print on rank 0 only (flushed, so lines appear while mpiexec collects them)."""
+        if self.is_root:
+            print(*parts, flush=True)
+
+    def sum(self, values: Sequence[float]) -> np.ndarray:
+        """Elementwise sum of ``values`` over the ranks (a float64 vector; itself on one rank)."""
+        x = np.asarray(values, dtype=np.float64)
+        return dist.allreduce(self.comm, x, self.algorithm, "sum") if self.size > 1 else x
+
+
+def setup(args: argparse.Namespace) -> Context:
+    """Seed, set the dtype and, for ``--parallel data``, join the MPI job."""
+    minidl.manual_seed(args.seed)
+    minidl.set_default_dtype(np.float64 if args.dtype == "float64" else np.float32)
+    if args.parallel == "data":
+        comm = dist.init()
+        return Context(comm, comm.Get_rank(), comm.Get_size(), True, args.allreduce)
+    return Context(SingleProcess())
+
+
+def start_replicas(ctx: Context, model: Module, seed: int) -> None:
+    """Make every replica start from rank 0's weights, then give each rank its own dropout stream.
+
+    Rank 0 keeps the stream ``manual_seed(seed)`` started (so a one-rank parallel run draws what a
+    serial run draws); rank r > 0 reseeds from (seed, r).
+    """
+    if ctx.parallel:
+        dist.broadcast_parameters(model, root=0, comm=ctx.comm)
+        if ctx.rank:
+            minidl.manual_seed(int(np.random.SeedSequence([seed, ctx.rank]).generate_state(1)[0]))
+
+
+def wrap_optimizer(ctx: Context, opt: Optimizer, args: argparse.Namespace) -> Optimizer:
+    """The optimizer itself on one process; a ``DistributedOptimizer`` around it under ``--parallel data``."""
+    if not ctx.parallel:
+        return opt
+    return dist.DistributedOptimizer(
+        opt, allreduce=args.allreduce, fusion_bytes=int(args.fusion_mb * 2**20),
+        compression=None if args.compression == "none" else args.compression, comm=ctx.comm)
+
+
+def synchronize(opt: Optimizer) -> None:
+    """Average the gradients over the ranks now (before clipping, which must see the averaged ones)."""
+    if isinstance(opt, dist.DistributedOptimizer):
+        opt.synchronize()
+
+
+def set_lr(opt: Optimizer, lr: float) -> None:
+    for group in opt.param_groups:
+        group["lr"] = lr
+
+
+def guarded(ctx: Context, main: Callable[[], Any]) -> Any:
+    """Run ``main``; in a parallel run an exception on any rank prints with its rank and aborts the job."""
+    return dist.run(main, comm=ctx.comm) if ctx.parallel else main()
+
+
+# ----------------------------------------------------------------------------- checkpoints
+def save_checkpoint(ctx: Context, path: str, model: Module, opt: Optimizer, state: dict[str, Any],
+                    rank_state: dict[str, Any], scheduler: Any = None) -> None:
+    """Rank 0 writes model, optimizer and ``state``; every rank's ``rank_state`` (its RNG, its LSTM
+    state) is gathered beside them. The library's RNG state is added to ``rank_state`` here."""
+    rank_state = {**rank_state, "rng": dist.rng_state(minidl.default_generator())}
+    inner = opt.optimizer if isinstance(opt, dist.DistributedOptimizer) else opt
+    dist.save_checkpoint(path, model, inner, scheduler, state=state, rank_state=rank_state, comm=ctx.comm)
+
+
+def load_checkpoint(ctx: Context, path: str, model: Module, opt: Optimizer,
+                    scheduler: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Restore what ``save_checkpoint`` wrote; returns (shared state, this rank's state), RNG already restored."""
+    inner = opt.optimizer if isinstance(opt, dist.DistributedOptimizer) else opt
+    state, mine = dist.load_checkpoint(path, model, inner, scheduler, comm=ctx.comm)
+    if "rng" in mine:
+        dist.set_rng_state(minidl.default_generator(), mine["rng"])
+    return state, mine
+
+
+# ----------------------------------------------------------------------------- progress
+def format_duration(seconds: float) -> str:
+    m, s = divmod(int(round(seconds)), 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+@dataclass
+class Throughput:
+    """Items (words or images) per second between two progress lines, global and per rank.
+
+    Every rank processes the same number of items per step, so the global rate is P times the
+    rate rank 0 measures. ``baseline``: one rank's rate alone, for the weak-scaling efficiency.
+    """
+
+    unit: str
+    size: int = 1
+    baseline: float | None = None
+    items: int = 0  # since the last progress line, on this rank
+    seconds: float = 0.0
+    total_items: int = 0  # before the last progress line
+    total_seconds: float = 0.0
+    _start: float = field(default_factory=time.perf_counter)
+
+    def pause(self) -> None:
+        """Stop the clock (evaluation and checkpoints are not training throughput)."""
+        self.seconds += time.perf_counter() - self._start
+
+    def resume(self) -> None:
+        self._start = time.perf_counter()
+
+    def add(self, items: int) -> None:
+        self.items += items
+
+    def overall(self) -> float:
+        """Global items/s over the whole run so far (paused time excluded); call after ``pause()``."""
+        return self.size * (self.total_items + self.items) / max(self.total_seconds + self.seconds, 1e-9)
+
+    def take(self) -> str:
+        """The rate since the last call, as text; starts the next interval."""
+        self.pause()
+        per_rank = self.items / max(self.seconds, 1e-9)
+        text = f"{per_rank * self.size:,.0f} {self.unit}/s"
+        if self.size > 1 or self.baseline:
+            text += f" ({per_rank:,.0f}/rank"
+            if self.baseline:
+                text += f", efficiency {100 * per_rank / self.baseline:.0f}%"
+            text += ")"
+        self.total_items += self.items
+        self.total_seconds += self.seconds
+        self.items, self.seconds = 0, 0.0
+        self.resume()
+        return text
+
+
+class TimingWindow:
+    """The compute / wait / communication split of the steps since the last call (parallel runs)."""
+
+    def __init__(self, opt: Optimizer):
+        self.timings = opt.timings if isinstance(opt, dist.DistributedOptimizer) else None
+        self._total = dict.fromkeys(PHASES, 0.0)
+        self._steps = 0
+
+    def take(self) -> str:
+        if self.timings is None:
+            return ""
+        t = self.timings
+        delta = {k: t.total[k] - self._total[k] for k in PHASES}
+        steps = t.steps - self._steps
+        self._total, self._steps = dict(t.total), t.steps
+        if steps == 0:
+            return ""
+        per_step = sum(delta.values()) / steps
+        parts = " ".join(f"{k[:4]} {100 * v / max(sum(delta.values()), 1e-12):.0f}%" for k, v in delta.items())
+        return f" | {1e3 * per_step:.0f} ms/step: {parts}"
+
+
+def restart_clocks(opt: Optimizer, throughput: Throughput) -> None:
+    """Start the training clocks again after evaluation or a checkpoint (neither counts as a step)."""
+    throughput.resume()
+    if isinstance(opt, dist.DistributedOptimizer):
+        opt.timings.restart()
+
+
+def print_header(ctx: Context, title: str, lines: Sequence[str]) -> None:
+    ctx.log(title)
+    for line in lines:
+        ctx.log(f"  {line}")
+    if ctx.parallel:
+        ctx.log(f"  data parallel: {ctx.size} ranks, allreduce={ctx.algorithm}")
+    sys.stdout.flush()

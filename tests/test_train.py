@@ -1,0 +1,175 @@
+"""The training programs (``python -m minidl.train lm|cnn``) on small settings: they learn, they resume
+exactly, they read real files, and they say what is wrong with bad arguments."""
+
+from __future__ import annotations
+
+import gzip
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from minidl.train import cnn, lm
+from minidl.train.__main__ import main as train_main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def assert_same_params(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+# ----------------------------------------------------------------------------- language model
+def test_lm_quick_learns_beyond_unigram(capsys):
+    """A few seconds of training on the 20k-word corpus: far below the unigram perplexity, not below the optimum."""
+    r = lm.main(["--quick", "--log-every", "100"])
+    out = capsys.readouterr().out
+    assert r["test_ppl"] < 0.4 * r["unigram_ppl"], r
+    assert r["test_ppl"] > 0.97 * r["optimal_ppl"], r  # no model beats the true one (up to sampling noise)
+    assert r["epoch"] == 4 and r["steps"] == 3 * 199  # three epochs of 199 windows of 10 x 10 words
+    for text in ("words/s", "valid ppl", "test perplexity", "corpus optimum", "gap"):
+        assert text in out
+    assert f"{r['test_ppl']:.2f}" in out
+
+
+def test_lm_resume_equals_uninterrupted(tmp_path):
+    """Stop mid-epoch (hidden state and dropout RNG in flight), resume across an epoch boundary: same bits."""
+    base = ["--quick", "--batch-size", "20", "--num-steps", "10", "--hidden-size", "24", "--layers", "2",
+            "--dropout", "0.3", "--epochs", "3", "--log-every", "1000"]  # 99 steps per epoch
+    first = lm.main(base + ["--max-steps", "80", "--save", str(tmp_path / "a.npz")])
+    assert first["steps"] == 80
+    resumed = lm.main(base + ["--max-steps", "130", "--resume", str(tmp_path / "a.npz")])
+    straight = lm.main(base + ["--max-steps", "130"])
+    assert resumed["steps"] == straight["steps"] == 130
+    assert_same_params(resumed["params"], straight["params"])
+    assert resumed["test_ppl"] == straight["test_ppl"]
+    with pytest.raises(AssertionError):  # the check can fail: 80 steps are not 130
+        assert_same_params(first["params"], straight["params"])
+
+
+def test_lm_float64_and_lr_schedule(capsys):
+    r = lm.main(["--quick", "--dtype", "float64", "--epochs", "3", "--max-steps", "5", "--log-every", "5"])
+    assert all(v.dtype == np.float64 for k, v in r["params"].items())
+    assert np.isfinite(r["test_ppl"])
+    # Zaremba's schedule: lr for `decay_after` epochs, then multiplied by lr_decay each epoch.
+    cfg = lm.PRESETS["quick"]
+    assert [cfg.lr_at(e) for e in (1, 2, 3, 4)] == [cfg.lr, cfg.lr, cfg.lr * cfg.lr_decay, cfg.lr * cfg.lr_decay**2]
+
+
+def test_lm_presets_match_zaremba():
+    small, medium, large = (lm.PRESETS[k] for k in ("small", "medium", "large"))
+    assert (small.hidden_size, small.num_layers, small.num_steps, small.batch_size) == (200, 2, 20, 20)
+    assert (small.lr, small.lr_decay, small.decay_after, small.epochs) == (1.0, 0.5, 4, 13)
+    assert (medium.hidden_size, medium.num_steps, medium.dropout, medium.epochs) == (650, 35, 0.5, 39)
+    assert (large.hidden_size, large.dropout, large.max_grad_norm, large.epochs) == (1500, 0.65, 10.0, 55)
+
+
+def write_ptb(directory: Path, rng: np.random.Generator) -> None:
+    """Tiny PTB-format files: sentences from a 3-word cycle with noise, '<unk>' in the vocabulary."""
+    words = ["the", "cat", "sat", "on", "mat", "<unk>"]
+    for name, lines in (("train", 300), ("valid", 30), ("test", 30)):
+        text = []
+        for _ in range(lines):
+            start = rng.integers(0, 5)
+            text.append(" " + " ".join(words[(start + i) % 5] for i in range(rng.integers(3, 9))) + " ")
+        text.append(" the cat <unk> on mat ")
+        if name == "test":
+            text.append(" the unseenword cat ")  # maps to <unk>
+        (directory / f"ptb.{name}.txt").write_text("\n".join(text) + "\n", encoding="utf-8")
+
+
+def test_lm_reads_ptb_directory(tmp_path, capsys, rng):
+    write_ptb(tmp_path, rng)
+    r = lm.main(["--data", str(tmp_path), "--preset", "quick", "--batch-size", "4", "--epochs", "2",
+                 "--log-every", "1000"])
+    out = capsys.readouterr().out
+    assert "optimal_ppl" not in r and "corpus optimum" not in out
+    assert r["test_ppl"] < 4.0  # the next word is nearly determined; uniform over 7 words would be 7
+
+
+def test_lm_reads_text_file(tmp_path, capsys):
+    f = tmp_path / "book.txt"
+    f.write_text("\n".join("a b c d e f g h" for _ in range(400)), encoding="utf-8")
+    r = lm.main(["--text", str(f), "--preset", "quick", "--batch-size", "4", "--epochs", "1", "--log-every", "1000"])
+    assert np.isfinite(r["test_ppl"]) and r["test_ppl"] < 9  # 9 = vocabulary with <eos>
+    assert "test perplexity" in capsys.readouterr().out
+
+
+def test_lm_errors_name_the_problem(tmp_path):
+    with pytest.raises(FileNotFoundError, match="ptb.train.txt"):
+        lm.main(["--data", str(tmp_path), "--quick"])
+    (tmp_path / "tiny.txt").write_text("one two\nthree\nfour five six\n" * 3)
+    with pytest.raises(ValueError, match="too short"):
+        lm.main(["--text", str(tmp_path / "tiny.txt"), "--quick", "--batch-size", "20"])
+    with pytest.raises(SystemExit):
+        lm.build_parser().parse_args(["--preset", "huge"])
+    with pytest.raises(SystemExit):
+        lm.build_parser().parse_args(["--batch-size", "0"])
+
+
+# ----------------------------------------------------------------------------- CNN
+def test_cnn_quick_learns(capsys):
+    """Seconds of training: per-label accuracy well above always answering the majority (absent, ~60%)."""
+    r = cnn.main(["--quick", "--log-every", "1000"])
+    majority = max(np.mean(cnn.generated_images("quick").y_test), 1 - np.mean(cnn.generated_images("quick").y_test))
+    assert r["multilabel"] and r["accuracy"] > majority + 0.15, (r["accuracy"], majority)
+    out = capsys.readouterr().out
+    for text in ("images/s", "per-label accuracy", "exact match", "circle"):
+        assert text in out
+
+
+def test_cnn_resume_equals_uninterrupted(tmp_path):
+    """Momentum, BatchNorm running statistics, the sampler's place and the LR schedule all resume exactly."""
+    base = ["--quick", "--batch-size", "50", "--epochs", "2", "--log-every", "1000"]  # 20 steps per epoch
+    cnn.main(base + ["--max-steps", "13", "--save", str(tmp_path / "a.npz")])
+    resumed = cnn.main(base + ["--max-steps", "27", "--resume", str(tmp_path / "a.npz")])
+    straight = cnn.main(base + ["--max-steps", "27"])
+    assert resumed["steps"] == straight["steps"] == 27
+    assert_same_params(resumed["params"], straight["params"])
+    assert resumed["accuracy"] == straight["accuracy"]
+
+
+def write_idx(path: Path, array: np.ndarray, compress: bool = False) -> None:
+    """The IDX format: magic (0, 0, type 0x08 = uint8, ndim), big-endian int32 sizes, raw bytes."""
+    header = bytes([0, 0, 0x08, array.ndim]) + struct.pack(f">{array.ndim}i", *array.shape)
+    data = header + array.astype(np.uint8).tobytes()
+    (gzip.open if compress else open)(path, "wb").write(data)
+
+
+def test_cnn_single_label_idx(tmp_path, rng, capsys):
+    """MNIST-format files: 10 classes, cross-entropy. Class c is a bright bar in row band c: learnable."""
+    pytest.importorskip("minidl.data.idx")
+    def make(n):
+        y = rng.integers(0, 10, n)
+        x = rng.integers(0, 40, (n, 28, 28))
+        for i, c in enumerate(y):
+            x[i, 2 + 2 * c : 4 + 2 * c, 4:24] = 255
+        return x, y
+    (xtr, ytr), (xte, yte) = make(600), make(200)
+    write_idx(tmp_path / "train-images-idx3-ubyte.gz", xtr, compress=True)
+    write_idx(tmp_path / "train-labels-idx1-ubyte.gz", ytr, compress=True)
+    write_idx(tmp_path / "t10k-images-idx3-ubyte", xte)
+    write_idx(tmp_path / "t10k-labels-idx1-ubyte", yte)
+    r = cnn.main(["--data", str(tmp_path), "--quick", "--batch-size", "20", "--epochs", "2", "--log-every", "1000"])
+    assert not r["multilabel"] and r["accuracy"] > 0.5, r["accuracy"]  # chance is 0.1
+    assert "accuracy" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------- the command line
+def test_dispatch_usage(capsys):
+    assert train_main([]) == 2
+    assert "usage" in capsys.readouterr().err
+    assert train_main(["--help"]) == 0
+
+
+def test_python_dash_m_runs():
+    """The real entry point, as a user types it (tiny run)."""
+    out = subprocess.run([sys.executable, "-m", "minidl.train", "lm", "--quick", "--max-steps", "3"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "test perplexity" in out.stdout
