@@ -2,13 +2,16 @@
 
 If rank 0 brings 10 floats and rank 1 brings 12, MPI itself may hang, truncate, or return garbage.
 So every public collective starts with a cheap agreement check: each rank describes its call in a
-fixed-size header (128 bytes: size, shape, dtype, op, collective, root), the headers are allgathered
-by recursive doubling (ceil(log2 p) steps, +2 when p is not a power of two), and every rank compares
-the same table. If anything differs, every rank raises the same ``MismatchError`` naming which
-ranks brought what: an error on every rank, never a hang and never a wrong answer.
+fixed-size header (128 bytes: size, bytes, shape, dtype, op, collective, root), the headers are
+allgathered by recursive doubling (pof2.allgather_blocks: log2 p' steps, +2 when p is not a power
+of two), and every rank compares the same table. If anything differs, every rank raises the same
+``MismatchError`` naming which ranks brought what: an error on every rank, never a hang and never
+a wrong answer. Ops and dtypes are validated only after the exchange, so a bad op raises everywhere.
 
-The check costs log2(p) alpha + (p - 1) * 128 bytes * beta per call, which matters only for short
-messages; callers that know their ranks agree may pass ``check=False`` to the allreduces.
+The check costs about log2(p) alpha + (p - 1) * 128 bytes * beta per call, which matters only for
+short messages. Recursive doubling, the short-message algorithm, carries the headers along with
+its own messages instead (see recursive_doubling.py). Callers that know their ranks agree may pass
+``check=False`` to the allreduces.
 """
 
 from __future__ import annotations
@@ -129,11 +132,13 @@ def agree_with_root(comm: Any, x: Any, call: str, root: int, same_as_root: bool)
     without (scatter), whatever non-roots pass is ignored.
     """
     p, rank = comm.Get_size(), comm.Get_rank()
-    if not 0 <= root < p:
-        raise ValueError(f"{call}: root {root} out of range for {p} ranks")
     mine = None if x is None or (rank != root and not same_as_root) else as_native_array(x)
     raw = exchange_headers(comm, mine, "", call, root)
     table = raw.view(HEADER).reshape(p)
+    if len({int(r) for r in table["root"]}) > 1:
+        raise_mismatch(table, "ranks disagree on the root")
+    if not 0 <= root < p:
+        raise ValueError(f"{call}: root {root} out of range for {p} ranks")
     ref = table[root]
     if ref["ndim"] < 0:
         raise_mismatch(table, f"the root (rank {root}) passed no array")

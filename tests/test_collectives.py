@@ -264,6 +264,8 @@ def test_mismatched_ops_algorithms_and_roots_raise_on_every_rank():
     errors_on_every_rank(3, lambda comm: collectives.broadcast(comm, np.ones(2 + comm.Get_rank())),
                          collectives.MismatchError)
     errors_on_every_rank(3, lambda comm: collectives.broadcast(comm, None), collectives.MismatchError)
+    errors_on_every_rank(3, lambda comm: collectives.scatter(comm, None, root=9 if comm.Get_rank() == 1 else 0),
+                         collectives.MismatchError)
 
 
 @pytest.mark.parametrize(
