@@ -120,3 +120,5 @@ def test_batchnorm_errors():
     with pytest.raises(ValueError, match="more than 1 value per channel"):
         nn.BatchNorm1d(3)(minidl.zeros(1, 3))
     nn.BatchNorm1d(3).eval()(minidl.zeros(1, 3))  # fine in eval mode
+    with pytest.raises(ValueError, match="both weight and bias"):
+        F.batch_norm(minidl.zeros(4, 3), None, None, minidl.ones(3), None, training=True)

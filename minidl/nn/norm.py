@@ -133,6 +133,8 @@ def batch_norm(x: Tensor, running_mean: np.ndarray | None, running_var: np.ndarr
     if x.ndim < 2:
         raise ValueError(f"batch_norm: expected an input [N, C, ...] with at least 2 dimensions, got shape {x.shape}")
     c = x.shape[1]
+    if (weight is None) != (bias is None):
+        raise ValueError("batch_norm: give both weight and bias (affine) or neither")
     for name, a in (("weight", weight), ("bias", bias), ("running_mean", running_mean), ("running_var", running_var)):
         if a is not None and tuple(a.shape) != (c,):
             raise ValueError(f"batch_norm: {name} must have shape ({c},) for input of shape {x.shape}, got {a.shape}")
