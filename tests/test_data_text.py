@@ -55,6 +55,10 @@ def test_read_words_appends_eos_per_line(tmp_path):
     path = tmp_path / "f.txt"
     path.write_text(" a b \n\n c", encoding="utf-8")  # an empty line, and no final newline
     assert read_words(path) == ["a", "b", "<eos>", "<eos>", "c", "<eos>"]
+    path.write_bytes("\ufeffé x\r\ny\x0cz\n".encode())  # BOM, CRLF, a form feed inside a line
+    assert read_words(path) == ["é", "x", "<eos>", "y", "z", "<eos>"]
+    path.write_bytes(b"")
+    assert read_words(path) == []
 
 
 def test_read_ptb(tmp_path):

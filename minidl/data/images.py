@@ -95,7 +95,9 @@ def make_shapes(
         gain = np.ones((m, channels), np.float32) if channels == 1 else rng.uniform(0.6, 1.0, (m, channels))
         col = lambda a: a[:, None, None]
         mask = _shape_mask(kind, yy, xx, col(cy), col(cx), col(r), col(angle))
-        images[idx] += mask[:, None, :, :] * (intensity * gain).astype(np.float32)[:, :, None, None]
+        weight = (intensity * gain).astype(np.float32)  # [m, channels]
+        for c in range(channels):  # one channel at a time: a [m, H, W] temporary, not [m, C, H, W]
+            images[idx, c] += mask * weight[:, c, None, None]
         if masks is not None:
             masks[idx, k] = mask
     # Smooth background: a random linear ramp a + b*y + c*x, then noise.

@@ -135,12 +135,15 @@ def read_words(path: str | Path) -> list[str]:
         raise FileNotFoundError(f"text file not found: {path}")
     raw = path.read_bytes()
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8-sig")  # a leading byte-order mark, if any, is not part of the first word
     except UnicodeDecodeError as e:
         line = raw[: e.start].count(b"\n") + 1
         raise ValueError(f"{path}: not valid UTF-8 (byte {e.start}, line {line}: {e.reason})") from None
+    lines = text.split("\n")  # only "\n" ends a line, as in Zaremba's reader ("\r" is whitespace)
+    if lines[-1] == "":
+        lines.pop()  # the newline at the end of the file does not start another line
     tokens: list[str] = []
-    for line in text.splitlines():
+    for line in lines:
         tokens.extend(line.split())
         tokens.append(EOS)
     return tokens
