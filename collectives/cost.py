@@ -14,8 +14,9 @@ with p ranks, n bytes, L = ceil(log2 p), p' the largest power of two <= p, d = [
     recursive_doubling   log2 p' + 2d     log2 p' + 2d              log2 p' + d
     rabenseifner         2 log2 p' + 2d   2 (p' - 1) / p' + 2d      (p' - 1) / p' + d
 
-``calibrate(comm)`` measures alpha and beta by ping-pong between ranks 0 and 1 and gamma by a local
-``np.add``, and gives every rank rank 0's numbers, so that "auto" picks the same algorithm everywhere.
+``calibrate(comm)`` measures alpha and beta by exchanges of short and long messages among all ranks
+(a ping-pong both ways when p = 2) and gamma by a local ``np.add``, and gives every rank the slowest
+rank's numbers, so that "auto" picks the same algorithm everywhere.
 The model also says how many messages each rank sends and how many bytes cross the wire in
 total; the tests hold the simulator's message record to these numbers.
 """
@@ -142,20 +143,23 @@ def total_bytes(algorithm: str, p: int, nbytes: int) -> int:
 
 
 # -- calibration ------------------------------------------------------------------------------------
-def _pingpong(comm: Any, nbytes: int, repeats: int) -> float:
-    """Median one-way time of a ``nbytes`` message between ranks 0 and 1 (half a round trip)."""
-    rank = comm.Get_rank()
-    buf = np.zeros(nbytes, dtype=np.uint8)
+def _exchange_time(comm: Any, nbytes: int, repeats: int, batch: int = 10) -> float:
+    """Seconds per step of a ring of Sendrecv, every rank sending ``nbytes`` right and receiving from the left.
+
+    With p = 2 this is a ping-pong in both directions at once. Every rank takes part, as in the
+    algorithms, so that with more ranks than cores the scheduler's delays are measured too.
+    Median over ``repeats`` batches of ``batch`` steps.
+    """
+    rank, p = comm.Get_rank(), comm.Get_size()
+    right, left = (rank + 1) % p, (rank - 1) % p
+    send, recv = np.zeros(nbytes, dtype=np.uint8), np.empty(nbytes, dtype=np.uint8)
+    comm.Sendrecv(send, right, 0, recv, left, 0)  # warm up the connections
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        if rank == 0:
-            comm.Send(buf, 1, 0)
-            comm.Recv(buf, 1, 0)
-        else:
-            comm.Recv(buf, 0, 0)
-            comm.Send(buf, 0, 0)
-        times.append((time.perf_counter() - t0) / 2)
+        for _ in range(batch):
+            comm.Sendrecv(send, right, 0, recv, left, 0)
+        times.append((time.perf_counter() - t0) / batch)
     return float(np.median(times))
 
 
@@ -170,24 +174,24 @@ def _reduction_time(nbytes: int, repeats: int) -> float:
     return float(np.median(times)) / nbytes
 
 
-def calibrate(comm: Any, large: int = 1 << 22, repeats: int = 30, apply: bool = True) -> CostParams:
-    """Measure alpha, beta (ping-pong of 8 bytes and ``large`` bytes) and gamma (np.add); all ranks get rank 0's.
+def calibrate(comm: Any, large: int = 1 << 22, repeats: int = 20, apply: bool = True) -> CostParams:
+    """Measure alpha, beta (exchanges of 8 and ``large`` bytes) and gamma (np.add); every rank gets the same.
 
-    A collective call: every rank of ``comm`` must call it. With ``apply``, "auto" uses the result.
+    alpha is the time of an 8-byte exchange step, beta the extra time per byte of a ``large`` one;
+    gamma is timed on vectors of 4 * ``large`` bytes, past the caches, as the long messages it
+    matters for are. Every rank measures, and all take the slowest rank's numbers (a max-allreduce),
+    so "auto" chooses alike everywhere. A collective call: every rank of ``comm`` must call it. With
+    ``apply``, "auto" uses the result from now on.
     """
-    from collectives.tree import broadcast_into
+    from collectives.tree import allreduce
 
-    rank, p = comm.Get_rank(), comm.Get_size()
     values = DEFAULT.as_array()
-    if p >= 2 and rank < 2:
-        _pingpong(comm, 8, 5)  # warm up the connection
-        alpha = _pingpong(comm, 8, repeats * 10)
-        big = _pingpong(comm, large, repeats)
-        values[0], values[1] = alpha, max(big - alpha, 0.0) / large
-    if rank == 0:
-        values[2] = _reduction_time(large, repeats)
-    broadcast_into(comm, values, root=0)
-    params = CostParams(*map(float, values))
+    if comm.Get_size() >= 2:
+        alpha = _exchange_time(comm, 8, repeats * 5)
+        values[0] = alpha
+        values[1] = max(_exchange_time(comm, large, repeats, batch=2) - alpha, 0.0) / large
+    values[2] = _reduction_time(4 * large, max(3, repeats // 4))
+    params = CostParams(*map(float, allreduce(comm, values, op="max", check=False)))
     if apply:
         set_params(params)
     return params
