@@ -22,13 +22,22 @@ require grad: ops that output them (argmax, comparisons, casts to int) cut the g
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
 _default_dtype: np.dtype = np.dtype(np.float32)
-_grad_enabled: bool = True
+
+class _GradMode(threading.local):
+    """Whether ops record the graph. Per thread: simulated MPI ranks are threads of one process,
+    and one rank's ``no_grad()`` must not switch off recording in another."""
+
+    enabled: bool = True
+
+
+_grad_mode = _GradMode()
 
 
 # ----------------------------------------------------------------------------- global modes
@@ -48,26 +57,24 @@ def get_default_dtype() -> np.dtype:
 @contextlib.contextmanager
 def no_grad() -> Iterator[None]:
     """Within this block no graph is recorded (inference, optimizer updates)."""
-    global _grad_enabled
-    prev, _grad_enabled = _grad_enabled, False
+    prev, _grad_mode.enabled = _grad_mode.enabled, False
     try:
         yield
     finally:
-        _grad_enabled = prev
+        _grad_mode.enabled = prev
 
 
 @contextlib.contextmanager
 def enable_grad() -> Iterator[None]:
-    global _grad_enabled
-    prev, _grad_enabled = _grad_enabled, True
+    prev, _grad_mode.enabled = _grad_mode.enabled, True
     try:
         yield
     finally:
-        _grad_enabled = prev
+        _grad_mode.enabled = prev
 
 
 def is_grad_enabled() -> bool:
-    return _grad_enabled
+    return _grad_mode.enabled
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -148,7 +155,7 @@ class Function:
         out = ctx.forward(*(t.data for t in tensors), **kwargs)
         multi = isinstance(out, tuple)
         outs = out if multi else (out,)
-        record = _grad_enabled and any(t.requires_grad for t in tensors)
+        record = _grad_mode.enabled and any(t.requires_grad for t in tensors)
         results = []
         if record:
             ctx.parents = tensors

@@ -98,3 +98,25 @@ def test_broadcast_error_names_op_and_shapes():
     b = minidl.tensor(np.ones((4,)))
     with pytest.raises(ValueError, match=r"add.*\(2, 3\).*\(4,\)"):
         a + b
+
+
+def test_no_grad_is_per_thread():
+    """Simulated ranks are threads: one thread's no_grad must not stop another from recording."""
+    import threading
+
+    inside, recorded = threading.Event(), {}
+    release = threading.Event()
+
+    def hold_no_grad():
+        with minidl.no_grad():
+            inside.set()
+            release.wait(5)
+
+    t = threading.Thread(target=hold_no_grad)
+    t.start()
+    inside.wait(5)
+    x = minidl.tensor([1.0], requires_grad=True)
+    recorded["y"] = (x * 2.0).requires_grad
+    release.set()
+    t.join()
+    assert recorded["y"]
