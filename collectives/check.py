@@ -47,31 +47,34 @@ class MismatchError(ValueError):
 
 def as_native_array(x: Any) -> np.ndarray:
     """x as a C-contiguous ndarray in native byte order (a view when it already is one)."""
+    if type(x) is np.ndarray and x.flags.c_contiguous and x.dtype.isnative:
+        return x
     x = np.asarray(x)
     if not x.dtype.isnative:
         x = x.astype(x.dtype.newbyteorder("="))
     return x if x.flags.c_contiguous else x.copy(order="C")
 
 
-@functools.lru_cache(maxsize=256)
-def _words(dtype: str, op: str, call: str) -> tuple[int, ...]:
-    """The text fields of the header as 8 int64 words (cached: building the header is on every call's path)."""
-    text = np.zeros((), [("dtype", "S16"), ("op", "S8"), ("call", "S32")])
-    text["dtype"], text["op"], text["call"] = dtype.encode()[:16], op.encode()[:8], call.encode()[:32]
-    return tuple(np.frombuffer(text.tobytes(), dtype="<i8").tolist())
-
-
-@functools.lru_cache(maxsize=256)
-def _shape_words(shape: tuple[int, ...]) -> tuple[int, ...]:
-    dims = (list(shape[:MAX_DIMS]) + [0] * MAX_DIMS)[:MAX_DIMS]
-    return (len(shape), *dims, zlib.crc32(np.asarray(shape, dtype="<i8").tobytes()))
-
-
 def header(x: np.ndarray | None, op: str, call: str, root: int) -> np.ndarray:
-    """This rank's 128-byte description of its call: 16 int64 words laid out as HEADER."""
-    if x is None:
-        return np.array([0, 0, -1, *[0] * (MAX_DIMS + 1), root, *_words("", str(op), call)], dtype="<i8")
-    return np.array([x.size, x.nbytes, *_shape_words(x.shape), root, *_words(x.dtype.str, str(op), call)], dtype="<i8")
+    """This rank's 128-byte description of its call: 16 int64 words laid out as HEADER (read only)."""
+    return _header(None if x is None else (x.shape, x.dtype), str(op), call, root)
+
+
+@functools.lru_cache(maxsize=1024)
+def _header(array: tuple | None, op: str, call: str, root: int) -> np.ndarray:
+    """Cached: the header is built on every collective call's path, and building it costs microseconds."""
+    h = np.zeros((), HEADER)
+    h["root"], h["op"], h["call"] = root, op.encode()[:8], call.encode()[:32]
+    if array is None:
+        h["ndim"] = -1
+    else:
+        shape, dtype = array
+        h["size"] = int(np.prod(shape, dtype=np.int64))
+        h["nbytes"], h["ndim"], h["dtype"] = h["size"] * dtype.itemsize, len(shape), dtype.str.encode()[:16]
+        h["shape"][: min(len(shape), MAX_DIMS)] = shape[:MAX_DIMS]
+        h["shape_crc"] = zlib.crc32(np.asarray(shape, dtype="<i8").tobytes())
+    words = np.frombuffer(h.tobytes(), dtype="<i8")
+    return words
 
 
 def exchange_headers(comm: Any, x: np.ndarray | None, op: str, call: str, root: int = -1) -> np.ndarray:

@@ -6,6 +6,7 @@ algorithm allocates its result once and never copies a block it does not have to
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -25,6 +26,7 @@ TAG_ALLGATHER = 8  # ring or recursive-doubling allgather
 TAG_EXCHANGE = 9  # recursive-doubling allreduce (whole vectors)
 
 
+@functools.lru_cache(maxsize=256)
 def reduction(op: str, dtype: np.dtype) -> np.ufunc:
     """The ufunc of ``op`` after checking that it means something for ``dtype``.
 

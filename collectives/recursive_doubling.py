@@ -69,7 +69,7 @@ class _Link:
         return same
 
     def _agrees(self, peer: int) -> bool:
-        return bool((self.table[peer] == self.table[self.comm.Get_rank()]).all())
+        return self.table[peer].tobytes() == self.table[self.comm.Get_rank()].tobytes()
 
 
 def allreduce(comm: Any, x: Any, op: str = "sum", check: bool = True) -> np.ndarray:
@@ -99,25 +99,32 @@ def allreduce(comm: Any, x: Any, op: str = "sum", check: bool = True) -> np.ndar
             f(acc, x, out=acc)  # lower rank first
             mine = acc
     if fold.newrank >= 0:
-        tmp = np.empty_like(x)
+        tmp, other = np.empty_like(x), None
         mask = 1
         while mask < fold.pof2:
             partner = fold.newrank ^ mask
             peer = fold.rank_of(partner)
             ours, theirs = fold.ranks_of_group(fold.newrank, mask), fold.ranks_of_group(partner, mask)
             if link.exchange(peer, mine, tmp, ours, theirs, TAG_EXCHANGE) and f is not None:
-                combine(f, mine, tmp, out=acc, theirs_is_lower=peer < rank)
-                mine = acc
+                # Both partners compute f(lower, upper) into a buffer that is neither operand, so both run
+                # the same NumPy loop (an output aliasing one input may take another path, and complex
+                # products with fused multiply-adds would then round differently on the two ranks).
+                if mine is acc:  # alternate between acc and a second buffer
+                    other = np.empty_like(x) if other is None else other
+                    out, other = other, acc
+                else:
+                    out = acc
+                combine(f, mine, tmp, out=out, theirs_is_lower=peer < rank)
+                acc = mine = out
             mask <<= 1
     if fold.extra and fold.newrank < 0:  # fold out: 2i+1 hands the result (and all headers) back
         link.recv(rank + 1, acc, slice(0, p), TAG_FOLD)
+        mine = acc
     elif fold.extra:
         link.send(rank - 1, mine, slice(0, p), TAG_FOLD)
     if table is not None and table.tobytes() != table[:1].tobytes() * p:
         raise_mismatch(table, "ranks disagree on their arrays")
     if error is not None:
         raise error
-    if mine is x and not (fold.extra and fold.newrank < 0):  # p == 1
-        acc[...] = x
-    return acc.reshape(shape)
+    return (mine.copy() if mine is x else mine).reshape(shape)  # a copy only when p == 1
 

@@ -165,6 +165,15 @@ def test_signed_zeros_and_nans_give_the_same_bits_everywhere(algorithm):
         assert np.isnan(res[0][1])
 
 
+@pytest.mark.parametrize("p", [2, 5, 8, 11])
+def test_complex_products_give_the_same_bits_everywhere(p):
+    # complex multiplies may use fused multiply-adds; each rank must run the same NumPy loop on the same operands
+    for seed, shape in [(0, ()), (1, (1,)), (3, (33,))]:
+        xs = [rank_data(seed, r, shape, "complex64", "prod") for r in range(p)]
+        for algorithm in collectives.ALGORITHMS:
+            run_allreduce(p, xs, "prod", algorithm)
+
+
 def test_choose_algorithm_is_the_cheapest_prediction():
     params = cost.CostParams(alpha=1e-5, beta=1e-9, gamma=1e-9)
     for p in (2, 3, 4, 5, 8, 16):
