@@ -65,7 +65,7 @@ PRESETS: dict[str, CNNConfig] = {
     "resnet20": CNNConfig(depth=20, width=16, batch_size=64, lr=0.1, momentum=0.9, weight_decay=1e-4, epochs=10,
                           warmup_epochs=1.0),
     # Seconds: tests and the tutorials' --quick mode.
-    "quick": CNNConfig(depth=8, width=4, batch_size=16, lr=0.1, momentum=0.9, weight_decay=5e-4, epochs=2,
+    "quick": CNNConfig(depth=8, width=8, batch_size=16, lr=0.1, momentum=0.9, weight_decay=5e-4, epochs=5,
                        warmup_epochs=0.2, images="quick"),
 }
 OVERRIDES = {"depth": "depth", "width": "width", "batch_size": "batch_size", "lr": "lr", "epochs": "epochs",
@@ -213,6 +213,7 @@ def _train(ctx: Context, args: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter()
     loss_sum, right, seen = 0.0, 0.0, 0
     saved_at = step if args.resume else -1
+    history: dict[str, list] = {"train": [], "test": []}  # (step, loss, train accuracy), (epoch, test accuracy)
 
     def checkpoint() -> None:
         nonlocal saved_at
@@ -241,6 +242,7 @@ def _train(ctx: Context, args: argparse.Namespace) -> dict[str, Any]:
                 ctx.log(f"epoch {epoch + 1} step {sampler.position}/{steps_per_epoch} | "
                         f"lr {opt.param_groups[0]['lr']:.3g} | loss {tot_loss / tot_seen:.4f} | "
                         f"train acc {100 * tot_right / tot_seen:.1f}% | {rate}{split.take()}")
+                history["train"].append((step, float(tot_loss / tot_seen), float(tot_right / tot_seen)))
                 loss_sum, right, seen = 0.0, 0.0, 0
             if step >= total_steps:
                 break
@@ -250,6 +252,7 @@ def _train(ctx: Context, args: argparse.Namespace) -> dict[str, Any]:
         sampler.set_epoch(epoch + 1)
         if step < total_steps:  # (the last epoch's score is the final evaluation below)
             result = evaluate(ctx, model, task, args.eval_batch_size)
+            history["test"].append((epoch + 1, result["accuracy"]))
             ctx.log(f"epoch {epoch + 1} done | test {describe(task, result)} | "
                     f"{common.format_duration(time.perf_counter() - started)} elapsed")
         if args.save:
@@ -261,8 +264,9 @@ def _train(ctx: Context, args: argparse.Namespace) -> dict[str, Any]:
         checkpoint()
     elapsed = time.perf_counter() - started
     result = evaluate(ctx, model, task, args.eval_batch_size)
-    result.update(preset=preset, steps=step, seconds=elapsed, images_per_s=speed.overall(), ranks=ctx.size,
-                  multilabel=task.multilabel, params={k: v.copy() for k, v in model.state_dict().items()})
+    history["test"].append((sampler.epoch + (sampler.position > 0), result["accuracy"]))
+    result.update(preset=preset, steps=step, history=history, seconds=elapsed, images_per_s=speed.overall(),
+                  ranks=ctx.size, multilabel=task.multilabel, params=common.snapshot(model))
     ctx.log(f"test {describe(task, result)} | {step} steps in {common.format_duration(elapsed)}, "
             f"{result['images_per_s']:,.0f} images/s" + (f" over {ctx.size} ranks" if ctx.size > 1 else ""))
     if isinstance(opt, dist.DistributedOptimizer) and opt.timings.steps:

@@ -169,6 +169,11 @@ def guarded(ctx: Context, main: Callable[[], Any]) -> Any:
 
 
 # ----------------------------------------------------------------------------- checkpoints
+def snapshot(model: Module) -> dict[str, np.ndarray]:
+    """Copies of the model's parameters and buffers (what a program returns to its caller)."""
+    return {k: np.array(v, copy=True) for k, v in model.state_dict().items()}
+
+
 def save_checkpoint(ctx: Context, path: str, model: Module, opt: Optimizer, state: dict[str, Any],
                     rank_state: dict[str, Any], scheduler: Any = None) -> None:
     """Rank 0 writes model, optimizer and ``state``; every rank's ``rank_state`` (its RNG, its LSTM

@@ -146,6 +146,7 @@ def _train(ctx: Context, args: argparse.Namespace) -> dict[str, Any]:
     loss_sum, loss_words = 0.0, 0
     started = time.perf_counter()
     valid_ppl = float("nan")
+    history: dict[str, list] = {"train": [], "valid": []}  # (step, train ppl), (epoch, valid ppl)
 
     saved_at = step if args.resume else -1
 
@@ -178,6 +179,7 @@ def _train(ctx: Context, args: argparse.Namespace) -> dict[str, Any]:
                 total, words = ctx.sum([loss_sum, loss_words])
                 ctx.log(f"epoch {epoch} step {window}/{steps_per_epoch} | lr {cfg.lr_at(epoch):.3g} | loss "
                         f"{total / words:.3f} | ppl {np.exp(total / words):.2f} | {rate}{split.take()}")
+                history["train"].append((step, float(np.exp(total / words))))
                 loss_sum, loss_words = 0.0, 0
             if step >= max_steps:
                 break
@@ -185,6 +187,7 @@ def _train(ctx: Context, args: argparse.Namespace) -> dict[str, Any]:
             break  # stopped by --max-steps mid-epoch
         speed.pause()
         valid_ppl = float(np.exp(evaluate(ctx, model, corpus.valid, args.eval_batch_size, T)))
+        history["valid"].append((epoch, valid_ppl))
         elapsed = common.format_duration(time.perf_counter() - started)
         ctx.log(f"epoch {epoch} done | valid ppl {valid_ppl:.2f} | {elapsed} elapsed")
         epoch, window, state = epoch + 1, 0, model.init_hidden(B)
@@ -199,7 +202,8 @@ def _train(ctx: Context, args: argparse.Namespace) -> dict[str, Any]:
     test_loss = evaluate(ctx, model, corpus.test, args.eval_batch_size, T)
     result: dict[str, Any] = {"preset": preset, "steps": step, "epoch": epoch, "test_ppl": float(np.exp(test_loss)),
                               "valid_ppl": valid_ppl, "seconds": elapsed, "words_per_s": speed.overall(),
-                              "ranks": ctx.size, "params": {k: v.copy() for k, v in model.state_dict().items()}}
+                              "ranks": ctx.size, "history": history,
+                              "params": common.snapshot(model)}
     line = f"test perplexity {result['test_ppl']:.2f}"
     if corpus.model is not None:
         result["optimal_ppl"] = corpus.optimal_perplexity("test")
