@@ -66,6 +66,10 @@ Checkpoints:
     rank (rank 0 writes; per-rank state such as ``rng_state(generator)`` and LSTM hidden states is
     gathered); ``state, rank_state = load_checkpoint(path, model, optimizer, scheduler)``;
     ``set_rng_state(generator, s)``. A resumed run continues bitwise as if never interrupted.
+Model parallelism (p2p.py):
+    ``send(x, dst)`` / ``recv(shape, dtype, src)``: differentiable point-to-point ops (backward sends
+    the gradient back); ``send_meta`` / ``recv_meta`` (shape headers); ``StageBoundary``;
+    ``CountingComm(comm)``: messages and bytes a rank sends.
 Failures:
     ``run(main, *args)`` and ``install_excepthook()``: an uncaught exception on any rank prints its
     traceback with the rank and calls ``MPI_Abort``, so the job ends instead of hanging.
@@ -92,6 +96,7 @@ from minidl.distributed.optimizer import (
     allreduce_buckets,
     average_gradients,
 )
+from minidl.distributed.p2p import CountingComm, StageBoundary, recv, recv_meta, send, send_meta
 from minidl.distributed.sampler import DistributedSampler, epoch_permutation, shard_batch
 from minidl.distributed.sync_batchnorm import SyncBatchNorm, convert_sync_batchnorm
 from minidl.distributed.timing import StepTimings
@@ -103,4 +108,5 @@ __all__ = [
     "epoch_permutation", "gather_states", "get_comm", "init", "install_excepthook", "is_initialized",
     "load_checkpoint", "rank", "rng_state", "run", "save_checkpoint", "scatter_states", "set_rng_state",
     "shard_batch", "shutdown", "size",
+    "CountingComm", "StageBoundary", "recv", "recv_meta", "send", "send_meta",
 ]
