@@ -3,7 +3,7 @@
 ``simulate(P, fn, *args)`` runs ``fn(comm, *args)`` on P threads, each with a ``SimulatedComm``
 that speaks the subset of mpi4py the collectives use: ``Get_rank``, ``Get_size``, ``Send``,
 ``Recv``, ``Sendrecv``, ``Isend``, ``Irecv``, requests with ``Wait``/``Test``/``Waitall``,
-``Barrier`` and ``Dup``. Buffers are NumPy arrays (or other contiguous buffers), never pickled objects.
+``Barrier``, ``Dup`` and ``Split``. Buffers are NumPy arrays (or other contiguous buffers), never pickled objects.
 
 Semantics follow MPI:
 - Matching: a receive takes the first pending message with its source and tag (``ANY_SOURCE``,
@@ -89,6 +89,7 @@ class Request:
         self.done = False
         self.error: Exception | None = None
         self.message: Message | None = None  # the message sent or taken
+        self.group: tuple[int, ...] | None = None  # the communicator's world ranks, to report the source in
         self.finished = False  # completion seen by the owner (clock moved on)
 
     def Wait(self, status: Status | None = None) -> bool:
@@ -121,7 +122,10 @@ class Request:
 
 def _fill(status: Status | None, request: Request) -> None:
     if status is not None and request.kind == "recv" and request.message is not None:
-        status.source, status.tag, status.count = request.message.source, request.message.tag, request.message.nbytes
+        source = request.message.source
+        if request.group is not None:
+            source = request.group.index(source)  # the sender's rank in the receiver's communicator
+        status.source, status.tag, status.count = source, request.message.tag, request.message.nbytes
 
 
 def _as_bytes(buf: Any, writable: bool, what: str) -> np.ndarray:
@@ -275,36 +279,50 @@ def _matches(recv: Request, send: Request) -> bool:
 
 
 class SimulatedComm:
-    """One rank's view of a simulated world, with mpi4py's names and argument order."""
+    """One rank's view of a simulated world, with mpi4py's names and argument order.
 
-    def __init__(self, world: _World, rank: int, context: int = _P2P):
-        self._world, self._rank, self._context = world, rank, context
+    As in MPI, a communicator is a group and a context: ``group`` lists the world ranks it spans
+    (rank i here is world rank group[i]; None: the whole world) and ``context`` keeps its messages
+    from matching any other communicator's.
+    """
+
+    def __init__(self, world: _World, rank: int, context: int = _P2P, group: Sequence[int] | None = None):
+        self._world, self._rank, self._context = world, rank, context  # _rank: the world rank
+        self._group = None if group is None else tuple(group)
         self._dups = 0
 
     def Get_rank(self) -> int:
-        return self._rank
+        return self._rank if self._group is None else self._group.index(self._rank)
 
     def Get_size(self) -> int:
-        return self._world.size
+        return self._world.size if self._group is None else len(self._group)
+
+    def _world_rank(self, peer: int) -> int:
+        return peer if self._group is None or peer == ANY_SOURCE else self._group[peer]
 
     rank = property(Get_rank)
     size = property(Get_size)
 
     def _check_peer(self, peer: int, what: str, any_ok: bool) -> None:
-        if not (0 <= peer < self._world.size or (any_ok and peer == ANY_SOURCE)):
-            raise ValueError(f"{what}: rank {peer} out of range for a communicator of size {self._world.size}")
+        if not (0 <= peer < self.Get_size() or (any_ok and peer == ANY_SOURCE)):
+            raise ValueError(f"{what}: rank {peer} out of range for a communicator of size {self.Get_size()}")
 
     def Isend(self, buf: Any, dest: int, tag: int = 0, _call: str = "Isend") -> Request:
         self._check_peer(dest, _call, any_ok=False)
         if tag < 0:
             raise ValueError(f"{_call}: tag must be >= 0, got {tag}")
         data = _as_bytes(buf, writable=False, what=_call)
-        return self._world.post(Request(self._world, self._rank, "send", _call, dest, tag, data, self._context))
+        return self._post("send", _call, self._world_rank(dest), tag, data)
 
     def Irecv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG, _call: str = "Irecv") -> Request:
         self._check_peer(source, _call, any_ok=True)
         data = _as_bytes(buf, writable=True, what=_call)
-        return self._world.post(Request(self._world, self._rank, "recv", _call, source, tag, data, self._context))
+        return self._post("recv", _call, self._world_rank(source), tag, data)
+
+    def _post(self, kind: str, call: str, peer: int, tag: int, data: np.ndarray) -> Request:
+        request = Request(self._world, self._rank, kind, call, peer, tag, data, self._context)
+        request.group = self._group
+        return self._world.post(request)
 
     def Send(self, buf: Any, dest: int, tag: int = 0) -> None:
         self.Isend(buf, dest, tag, _call="Send").Wait()
@@ -323,19 +341,44 @@ class SimulatedComm:
 
     def Barrier(self) -> None:
         """Dissemination barrier (ceil(log2 P) rounds) in a context of its own, not recorded."""
-        barrier = SimulatedComm(self._world, self._rank, context=_COLLECTIVE)
-        p, dist = self._world.size, 1
+        barrier, me, p, dist = self._collective(), self.Get_rank(), self.Get_size(), 1
         token, sink = np.zeros(1, np.uint8), np.zeros(1, np.uint8)
         while dist < p:
-            barrier.Sendrecv(token, (self._rank + dist) % p, 0, sink, (self._rank - dist) % p, 0)
+            barrier.Sendrecv(token, (me + dist) % p, 0, sink, (me - dist) % p, 0)
             dist *= 2
+
+    def _collective(self) -> SimulatedComm:
+        """This communicator's ranks in a context apart from its point-to-point traffic."""
+        return SimulatedComm(self._world, self._rank, _COLLECTIVE if self._context == _P2P else -self._context,
+                             self._group)
 
     def Dup(self) -> SimulatedComm:
         """A communicator over the same ranks whose messages never match this one's (a fresh context)."""
-        self._dups += 1
-        return SimulatedComm(self._world, self._rank, context=(self._context + 1) * 1000 + self._dups)
+        return SimulatedComm(self._world, self._rank, self._new_context(), self._group)
 
     Clone = Dup
+
+    def _new_context(self) -> int:
+        # every rank calls Dup/Split in the same order (they are collective), so the ids agree
+        self._dups += 1
+        return (self._context + 1) * 1000 + self._dups
+
+    def Split(self, color: int = 0, key: int = 0) -> SimulatedComm:
+        """MPI_Comm_split: the ranks passing the same ``color`` form a new communicator, ranked by
+        (``key``, rank here). Collective: every rank of this communicator calls it."""
+        if color < 0:
+            raise ValueError(f"Split: color must be >= 0 (MPI_UNDEFINED is not supported), got {color}")
+        # ring allgather of (color, key) in the collective context
+        coll, me, p = self._collective(), self.Get_rank(), self.Get_size()
+        table = np.zeros((p, 2), dtype=np.int64)
+        table[me] = color, key
+        for d in range(1, p):
+            got = np.zeros(2, dtype=np.int64)
+            coll.Sendrecv(table[me].copy(), (me + d) % p, 1, got, (me - d) % p, 1)
+            table[(me - d) % p] = got
+        members = sorted((int(k), r) for r, (c, k) in enumerate(table) if c == color)
+        group = [self._world_rank(r) for _, r in members]
+        return SimulatedComm(self._world, self._rank, self._new_context(), group)
 
     def Free(self) -> None:
         pass

@@ -260,6 +260,23 @@ def test_any_rank_that_disagrees_is_named_on_every_rank(p, bad, what, algorithm)
     assert f"ranks [{bad}]:" in msg
 
 
+@pytest.mark.parametrize("p", [2, 3, 5, 8])
+@pytest.mark.parametrize("sizes", [(100, 100), (5000, 5000), (100, 5000), (5000, 100), (3000, 5000)])
+def test_recursive_doubling_carries_the_check_for_short_and_long_vectors(p, sizes):
+    # data up to recursive_doubling.INLINE (16 KiB) rides in the header message, longer data follows it
+    mine, odd = sizes
+
+    def fn(comm):
+        n = odd if comm.Get_rank() == p - 1 else mine
+        return collectives.recursive_doubling.allreduce(comm, np.full(n, comm.Get_rank(), np.float64))
+
+    if mine == odd:
+        res = collectives.simulate(p, fn)
+        assert all(np.array_equal(r, np.full(mine, p * (p - 1) / 2)) for r in res)
+    else:
+        assert f"ranks [{p - 1}]" in errors_on_every_rank(p, fn, collectives.MismatchError)
+
+
 def test_mismatched_ops_algorithms_and_roots_raise_on_every_rank():
     ops = ["sum", "max", "sum"]
     msg = errors_on_every_rank(3, lambda comm: collectives.allreduce(comm, np.ones(2), op=ops[comm.Get_rank()]),

@@ -116,10 +116,11 @@ def test_building_blocks_match_mpi(comm, shape, root, seed):
     np.testing.assert_array_equal(collectives.scatter(comm, rows if rank == root else None, root=root), x)
 
 
+@pytest.mark.parametrize("n", [4, 5000])  # 5000 doubles: past recursive doubling's 16 KiB inline data
 @pytest.mark.parametrize("algorithm", collectives.ALGORITHMS + ("auto",))
-def test_mismatched_sizes_raise_on_every_rank(comm, algorithm):
+def test_mismatched_sizes_raise_on_every_rank(comm, algorithm, n):
     rank, p = comm.Get_rank(), comm.Get_size()
-    x = np.ones(5 if rank == p - 1 else 4, dtype=np.float32)
+    x = np.ones(n + 1 if rank == p - 1 else n, dtype=np.float64)
     with pytest.raises(collectives.MismatchError, match=rf"ranks \[{p - 1}\]"):
         collectives.allreduce(comm, x, algorithm=algorithm)
     # and the communicator still works afterwards
