@@ -70,6 +70,15 @@ Model parallelism (p2p.py):
     ``send(x, dst)`` / ``recv(shape, dtype, src)``: differentiable point-to-point ops (backward sends
     the gradient back); ``send_meta`` / ``recv_meta`` (shape headers); ``StageBoundary``;
     ``CountingComm(comm)``: messages and bytes a rank sends.
+Parameter server and local SGD (the other data-parallel schemes; tutorial 07):
+    ``is_server(comm, num_servers)``; ``ParameterServer(model, make_optimizer, num_servers=1,
+    asynchronous=False, staleness_bound=None).serve()`` on ranks 0..S-1 returns ``ServerStats``
+    (staleness per update: mean / max / histogram); ``PSWorker(model, num_servers=1, asynchronous=False,
+    fetch_every=1, staleness_bound=None)`` on the others: ``zero_grad()``, ``step(closure=None)``
+    (push, pull), ``close()``; ``collect_parameters(model, comm, num_servers)`` (parameter_server.py).
+    ``LocalSGD(optimizer, average_every=k)`` and ``average_parameters(params)`` (local_sgd.py);
+    ``TrafficComm(comm)`` counts bytes sent per destination (traffic.py); ``minidl.distributed.compare``
+    runs every scheme on one task and tabulates throughput, bytes per step and loss.
 Failures:
     ``run(main, *args)`` and ``install_excepthook()``: an uncaught exception on any rank prints its
     traceback with the rank and calls ``MPI_Abort``, so the job ends instead of hanging.
@@ -90,6 +99,7 @@ from minidl.distributed.broadcast import (
 from minidl.distributed.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from minidl.distributed.context import barrier, get_comm, init, is_initialized, rank, shutdown, size
 from minidl.distributed.launch import abort_on_error, install_excepthook, run
+from minidl.distributed.local_sgd import LocalSGD, average_parameters
 from minidl.distributed.optimizer import (
     DEFAULT_FUSION_BYTES,
     DistributedOptimizer,
@@ -97,9 +107,17 @@ from minidl.distributed.optimizer import (
     average_gradients,
 )
 from minidl.distributed.p2p import CountingComm, StageBoundary, recv, recv_meta, send, send_meta
+from minidl.distributed.parameter_server import (
+    ParameterServer,
+    PSWorker,
+    ServerStats,
+    collect_parameters,
+    is_server,
+)
 from minidl.distributed.sampler import DistributedSampler, epoch_permutation, shard_batch
 from minidl.distributed.sync_batchnorm import SyncBatchNorm, convert_sync_batchnorm
 from minidl.distributed.timing import StepTimings
+from minidl.distributed.traffic import TrafficComm
 
 __all__ = [
     "ALGORITHMS", "DEFAULT_FUSION_BYTES", "DistributedOptimizer", "DistributedSampler", "StepTimings",
@@ -109,4 +127,8 @@ __all__ = [
     "load_checkpoint", "rank", "rng_state", "run", "save_checkpoint", "scatter_states", "set_rng_state",
     "shard_batch", "shutdown", "size",
     "CountingComm", "StageBoundary", "recv", "recv_meta", "send", "send_meta",
+]
+__all__ += [  # parameter server, local SGD, traffic counting
+    "LocalSGD", "PSWorker", "ParameterServer", "ServerStats", "average_parameters",
+    "TrafficComm", "collect_parameters", "is_server",
 ]
