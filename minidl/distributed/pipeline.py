@@ -34,8 +34,12 @@ replica ``grid.replica`` its shard of the global batch.
 
 Messages are buffer-based: an activation goes as a small int64 header (dtype code, ndim, shape) and
 then its data, with Isend, so a stage never blocks on a send (1F1B's interleaving would deadlock
-with synchronous sends); the receiving stage already knows the shape of a gradient (its own
-output's). The sends of a step are completed at its end. Tags carry the micro-batch (2i for its
+with synchronous sends: stage s sending F(i+1) while stage s+1 sends it B(i)'s gradient); the
+receiving stage already knows the shape of a gradient (its own output's). Receives go through
+``p2p.recv_array``, which also rejects a message of the wrong size. (``p2p.send``/``recv`` put the
+messages inside the autograd graph with blocking sends; here the schedule, not backward(), decides
+when each message moves, so the pipeline sends and receives plain arrays around the graph.)
+The sends of a step are completed at its end. Tags carry the micro-batch (2i for its
 activation, 2i + 1 for its gradient), so a mix-up is an error, not a silently wrong number.
 
 Records, per step: ``events`` (``pipeline_schedule.Event`` per op, seconds since the step began,
@@ -56,6 +60,7 @@ import numpy as np
 import minidl
 from minidl.distributed.broadcast import gather_states
 from minidl.distributed.context import get_comm
+from minidl.distributed.p2p import recv_array
 from minidl.distributed.pipeline_schedule import (
     FORWARD,
     Event,
@@ -111,9 +116,10 @@ def recv_activation(comm: Any, source: int, tag: int) -> np.ndarray:
     header = np.zeros(2 + _MAX_NDIM, dtype=np.int64)
     comm.Recv(header, source, tag)
     code, ndim = int(header[0]), int(header[1])
+    if not (0 <= code < len(_WIRE_DTYPES) and 0 <= ndim <= _MAX_NDIM):
+        raise ValueError(f"pipeline: rank {source} sent a malformed activation header {header.tolist()} (tag {tag})")
     out = np.empty(tuple(int(n) for n in header[2:2 + ndim]), dtype=_WIRE_DTYPES[code])
-    comm.Recv(out, source, tag)
-    return out
+    return recv_array(comm, out, source, tag, "pipeline activation")
 
 
 @dataclass
@@ -211,8 +217,7 @@ class Pipeline:
                 x, out = stash.pop(i)  # freed after this backward
                 grad = None
                 if not self.is_last:
-                    grad = np.empty_like(out.data)
-                    self.comm.Recv(grad, nxt, 2 * i + 1)
+                    grad = recv_array(self.comm, np.empty_like(out.data), nxt, 2 * i + 1, "pipeline gradient")
                 start = time.perf_counter()
                 out.backward(grad)
                 end = time.perf_counter()

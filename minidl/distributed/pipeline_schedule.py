@@ -104,6 +104,36 @@ def peak_in_flight(ops: Sequence[tuple[str, int]]) -> int:
     return peak
 
 
+def ideal_events(name: str, num_micro: int, num_stages: int, t_forward: float = 1.0,
+                 t_backward: float = 2.0) -> list[Event]:
+    """The timeline schedule ``name`` would have with every forward taking ``t_forward``, every backward
+    ``t_backward`` and free communication: each op starts once its stage is free and its input is
+    there (F(s, i) after F(s-1, i); B(s, i) after B(s+1, i)). The yardstick for the measured one."""
+    ops = [schedule(name, num_micro, num_stages, s) for s in range(num_stages)]
+    done: dict[tuple[str, int, int], float] = {}  # (kind, stage, micro) -> end time
+    nxt, free, events = [0] * num_stages, [0.0] * num_stages, []
+    while len(events) < 2 * num_micro * num_stages:
+        progressed = False
+        for s in range(num_stages):
+            while nxt[s] < len(ops[s]):
+                kind, i = ops[s][nxt[s]]
+                dep = (FORWARD, s - 1, i) if kind == FORWARD else (BACKWARD, s + 1, i)
+                if dep[1] in (-1, num_stages):
+                    ready = 0.0
+                elif dep in done:
+                    ready = done[dep]
+                else:
+                    break  # waits for the neighbour
+                start = max(free[s], ready)
+                free[s] = done[(kind, s, i)] = start + (t_forward if kind == FORWARD else t_backward)
+                events.append(Event(s, i, kind, start, free[s]))
+                nxt[s] += 1
+                progressed = True
+        if not progressed:
+            raise RuntimeError(f"pipeline: schedule {name!r} deadlocks (m={num_micro}, p={num_stages})")
+    return events
+
+
 # ----------------------------------------------------------------------------- measuring
 def bubble_formula(num_micro: int, num_stages: int) -> float:
     """GPipe's idle fraction (p - 1) / (m + p - 1)."""

@@ -1,0 +1,279 @@
+"""Pipeline parallelism on the simulated communicator: schedules, exactness, activation memory, dp x pp.
+
+Exactness: p stages with m micro-batches (GPipe or 1F1B) take the same SGD-with-momentum steps as one
+process on the whole mini-batch (float64, 1e-8 relative). The helpers here are shared with
+tests/mpi/test_pipeline_mpi.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import collectives
+import minidl
+import minidl.distributed as dist
+import minidl.nn.functional as F
+from collectives.simulated import Status
+from minidl import nn, optim
+from minidl.distributed.pipeline import Pipeline, make_grid, partition, split_sequential
+from minidl.distributed.pipeline_schedule import (
+    BACKWARD,
+    FORWARD,
+    SCHEDULES,
+    bubble_formula,
+    bubble_fraction,
+    ideal_events,
+    one_f_one_b,
+    peak_in_flight,
+    plot_schedule,
+    schedule,
+    stage_idle_fractions,
+)
+
+IN, HIDDEN, CLASSES, BLOCKS = 5, 7, 3, 5  # 5 hidden blocks + the output layer: 6 stages at most
+BATCH, STEPS, LR, MOMENTUM = 12, 2, 0.1, 0.9
+
+
+# ----------------------------------------------------------------------------- shared helpers
+def make_model(seed: int = 0) -> nn.Sequential:
+    """Six layers with parameters (each block Linear + Tanh), so any p <= 6 gives every stage weights."""
+    minidl.manual_seed(seed)
+    blocks = [nn.Sequential(nn.Linear(IN if k == 0 else HIDDEN, HIDDEN), nn.Tanh()) for k in range(BLOCKS)]
+    return nn.Sequential(*blocks, nn.Linear(HIDDEN, CLASSES))
+
+
+def make_batches(steps: int = STEPS, batch: int = BATCH, seed: int = 1) -> list[tuple[np.ndarray, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    return [(rng.standard_normal((batch, IN)), rng.integers(0, CLASSES, batch)) for _ in range(steps)]
+
+
+def train_single(batches) -> dict[str, np.ndarray]:
+    """The reference: one process, whole mini-batches."""
+    model = make_model()
+    opt = optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+    for x, y in batches:
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+    return model.state_dict()
+
+
+def train_pipeline(comm, batches, sched: str, micro: int, dp_comm=None) -> tuple[dict[str, np.ndarray], Pipeline]:
+    """This rank's stage trained through the pipeline on ``comm``; with ``dp_comm``, gradients are
+    averaged over it (each replica passes its own shard of every batch). Returns the stage's
+    parameters under their names in the full model, and the Pipeline (its last step's records)."""
+    model = make_model()
+    p, s = comm.Get_size(), comm.Get_rank()
+    stage = split_sequential(model, p, s)
+    pipe = Pipeline(stage, F.cross_entropy, sched, micro, comm)
+    opt = optim.SGD(stage.parameters(), lr=LR, momentum=MOMENTUM)
+    if dp_comm is not None:
+        opt = dist.DistributedOptimizer(opt, comm=dp_comm)
+    for x, y in batches:
+        opt.zero_grad()
+        pipe.train_step(x if pipe.is_first else None, y if pipe.is_last else None)
+        opt.step()
+    start, stop = partition(len(model), p)[s]
+    mine = {k: v for k, v in model.state_dict().items() if start <= int(k.split(".")[0]) < stop}
+    return mine, pipe
+
+
+def assert_matches(got: dict[str, np.ndarray], want: dict[str, np.ndarray], what: str = "") -> None:
+    assert got, f"{what}no parameters to compare"
+    for k, v in got.items():
+        np.testing.assert_allclose(v, want[k], rtol=1e-8, atol=1e-12, err_msg=f"{what}{k}")
+
+
+@pytest.fixture(autouse=True)
+def float64():
+    minidl.set_default_dtype(np.float64)
+
+
+def simulate_f64(p, fn, *args):
+    def body(comm, *a):
+        minidl.set_default_dtype(np.float64)  # the default dtype is per thread
+        return fn(comm, *a)
+
+    return collectives.simulate(p, body, *args)
+
+
+# ----------------------------------------------------------------------------- schedules
+def dependencies_respected(ops_per_stage) -> bool:
+    """Can the stages' op orders all run? (F(s,i) needs F(s-1,i); B(s,i) needs B(s+1,i) and F(s,i).)"""
+    p = len(ops_per_stage)
+    ideal_done, pos = set(), [0] * p
+    progressed = True
+    while progressed:
+        progressed = False
+        for s in range(p):
+            while pos[s] < len(ops_per_stage[s]):
+                kind, i = ops_per_stage[s][pos[s]]
+                need = [(FORWARD, s - 1, i)] if kind == FORWARD and s > 0 else []
+                if kind == BACKWARD:
+                    need = [(FORWARD, s, i)] + ([(BACKWARD, s + 1, i)] if s < p - 1 else [])
+                if not all(n in ideal_done for n in need):
+                    break
+                ideal_done.add((kind, s, i))
+                pos[s] += 1
+                progressed = True
+    return all(pos[s] == len(ops_per_stage[s]) for s in range(p))
+
+
+@settings(max_examples=30, deadline=None)
+@given(m=st.integers(1, 12), p=st.integers(1, 8))
+def test_schedules_are_complete_valid_and_hold_what_they_should(m, p):
+    for name in SCHEDULES:
+        per_stage = [schedule(name, m, p, s) for s in range(p)]
+        for ops in per_stage:
+            assert sorted(ops) == sorted([(FORWARD, i) for i in range(m)] + [(BACKWARD, i) for i in range(m)])
+        assert dependencies_respected(per_stage), name
+    for s in range(p):
+        assert peak_in_flight(schedule("gpipe", m, p, s)) == m
+        assert peak_in_flight(one_f_one_b(m, p, s)) == min(p - s, m)
+
+
+@settings(max_examples=25, deadline=None)
+@given(m=st.integers(1, 10), p=st.integers(1, 6), tf=st.floats(0.5, 2.0), tb=st.floats(0.5, 3.0))
+def test_ideal_timeline_bubble_is_the_formula(m, p, tf, tb):
+    for name in SCHEDULES:
+        events = ideal_events(name, m, p, tf, tb)
+        assert bubble_fraction(events, p) == pytest.approx(bubble_formula(m, p), abs=1e-12)
+        assert np.mean(list(stage_idle_fractions(events).values())) == pytest.approx(bubble_formula(m, p))
+
+
+def test_schedule_errors():
+    with pytest.raises(ValueError, match="schedule must be one of"):
+        schedule("pipedream", 4, 2, 0)
+    with pytest.raises(ValueError, match="micro-batches"):
+        schedule("gpipe", 0, 2, 0)
+    with pytest.raises(ValueError, match="stage 2 out of range"):
+        schedule("1f1b", 4, 2, 2)
+    with pytest.raises(ValueError, match="cannot cut 3 layers into 4 stages"):
+        partition(3, 4)
+    assert partition(7, 3) == [(0, 3), (3, 5), (5, 7)]
+
+
+# ----------------------------------------------------------------------------- exactness
+@pytest.mark.parametrize("sched", SCHEDULES)
+@pytest.mark.parametrize("p, m", [(1, 3), (2, 1), (2, 4), (3, 5), (4, 4), (5, 12), (6, 7)])
+def test_pipeline_equals_single_process(sched, p, m):
+    batches = make_batches()
+    want = train_single(batches)
+    results = simulate_f64(p, lambda comm: train_pipeline(comm, batches, sched, m)[0])
+    got = {k: v for r in results for k, v in r.items()}
+    assert set(got) == set(want)  # the stages together hold the whole model, once
+    assert_matches(got, want, f"{sched}, p={p}, m={m}: ")
+
+
+def test_returned_loss_is_the_mini_batch_mean():
+    (x, y), = make_batches(1)
+    want = float(F.cross_entropy(make_model()(x), y).data)
+
+    def run(comm):
+        stage = split_sequential(make_model(), comm.Get_size(), comm.Get_rank())
+        return Pipeline(stage, F.cross_entropy, "1f1b", 5, comm).train_step(x, y)
+
+    assert simulate_f64(3, run) == [None, None, pytest.approx(want, rel=1e-12)]
+
+
+@pytest.mark.parametrize("sched", SCHEDULES)
+def test_dp_by_pp_equals_single_process(sched):
+    """2 pipelines x 2 stages: each replica trains on half of every global batch."""
+    batches = make_batches()
+    want = train_single(batches)
+
+    def run(comm):
+        grid = make_grid(comm, 2)
+        half = BATCH // grid.dp
+        shards = [(x[grid.replica * half:(grid.replica + 1) * half], y[grid.replica * half:(grid.replica + 1) * half])
+                  for x, y in batches]
+        return train_pipeline(grid.pp_comm, shards, sched, 3, grid.dp_comm)[0]
+
+    results = simulate_f64(4, run)
+    for r, got in enumerate(results):
+        assert_matches(got, want, f"{sched}, rank {r}: ")
+
+
+# ----------------------------------------------------------------------------- records
+def test_one_f_one_b_holds_fewer_activations_than_gpipe():
+    p, m = 4, 8
+    batches = make_batches(1)
+    peaks = {name: simulate_f64(p, lambda comm, n=name: train_pipeline(comm, batches, n, m)[1].peak_stashed)
+             for name in SCHEDULES}
+    assert peaks["gpipe"] == [m] * p
+    assert peaks["1f1b"] == [p - s for s in range(p)]
+    assert max(peaks["1f1b"]) < min(peaks["gpipe"])
+
+
+def test_events_are_recorded_and_gathered(tmp_path):
+    p, m = 3, 4
+    batches = make_batches(1)
+
+    def run(comm):
+        pipe = train_pipeline(comm, batches, "1f1b", m)[1]
+        return pipe.events, pipe.gather_events()
+
+    results = simulate_f64(p, run)
+    gathered = results[0][1]
+    assert all(r[1] is None for r in results[1:])
+    assert len(gathered) == 2 * m * p
+    for s, (own, _) in enumerate(results):
+        assert [(e.kind, e.micro) for e in own] == one_f_one_b(m, p, s)  # in schedule order
+        assert all(0 <= e.start <= e.end for e in own)
+        assert all(a.end <= b.start for a, b in zip(own, own[1:]))  # one op at a time
+    by = {(e.stage, e.micro, e.kind): e for e in gathered}
+    for s in range(1, p):
+        for i in range(m):  # a stage's forward starts after the previous stage's ended (message in between)
+            assert by[(s, i, FORWARD)].start >= by[(s - 1, i, FORWARD)].end - 1e-3  # clocks aligned by a barrier
+    assert 0 <= bubble_fraction(gathered) < 1
+    plot_schedule(gathered, str(tmp_path / "schedule.png"), title="1F1B")
+    assert (tmp_path / "schedule.png").stat().st_size > 1000
+
+
+# ----------------------------------------------------------------------------- errors
+def test_clear_errors():
+    stage = make_model()
+
+    def run(comm):
+        pipe = Pipeline(stage, F.cross_entropy, "gpipe", 20, comm)
+        x, y = make_batches(1)[0]
+        pipe.train_step(x, y)
+
+    with pytest.raises(ValueError, match="fewer than micro_batches=20"):
+        simulate_f64(1, run)
+    with pytest.raises(ValueError, match="needs a loss_fn"):
+        simulate_f64(1, lambda comm: Pipeline(stage, None, comm=comm))
+    with pytest.raises(ValueError, match="first stage needs the inputs"):
+        simulate_f64(1, lambda comm: Pipeline(stage, F.cross_entropy, comm=comm).train_step(None, np.zeros(4, int)))
+    with pytest.raises(ValueError, match="pp must divide the size"):
+        simulate_f64(3, lambda comm: make_grid(comm, 2))
+    with pytest.raises(TypeError, match="expected an nn.Sequential"):
+        split_sequential(nn.Linear(2, 2), 2, 0)
+
+
+# ----------------------------------------------------------------------------- the simulated Split
+def test_simulated_split_groups_ranks_and_isolates_messages():
+    def run(comm):
+        rank = comm.Get_rank()
+        sub = comm.Split(rank % 2, -rank)  # evens and odds, ranked in reverse
+        me, size = sub.Get_rank(), sub.Get_size()
+        sub.Barrier()
+        # a ring inside each group; the status names the sender by its rank in the group
+        out, got, status = np.array([rank], np.int64), np.zeros(1, np.int64), Status()
+        sub.Sendrecv(out, (me + 1) % size, 5, got, (me - 1) % size, 5, status)
+        # same tag on the parent communicator does not match the group's messages
+        parent = np.zeros(1, np.int64)
+        comm.Sendrecv(out, (rank + 1) % comm.Get_size(), 5, parent, (rank - 1) % comm.Get_size(), 5)
+        return me, size, int(got[0]), status.Get_source(), int(parent[0])
+
+    res = collectives.simulate(5, run)
+    # evens 0, 2, 4 ranked by key -rank: 4 -> 0, 2 -> 1, 0 -> 2; odds: 3 -> 0, 1 -> 1
+    assert [r[:2] for r in res] == [(2, 3), (1, 2), (1, 3), (0, 2), (0, 3)]
+    group_of = {0: [4, 2, 0], 1: [3, 1]}
+    for rank, (me, size, got, source, parent) in enumerate(res):
+        members = group_of[rank % 2]
+        assert got == members[(me - 1) % size] and source == (me - 1) % size
+        assert parent == (rank - 1) % 5
