@@ -70,6 +70,12 @@ Model parallelism (p2p.py):
     ``send(x, dst)`` / ``recv(shape, dtype, src)``: differentiable point-to-point ops (backward sends
     the gradient back); ``send_meta`` / ``recv_meta`` (shape headers); ``StageBoundary``;
     ``CountingComm(comm)``: messages and bytes a rank sends.
+    model_parallel.py: ``SequentialStage(seq)`` and ``LMStage(lm)`` (rank r holds stage r; ``stage(x)``
+    returns the output on the last rank, a send token elsewhere; ``.backward()`` on either),
+    ``gather_state_dict(stage)``, ``clip_grad_norm_split``, ``partition``.
+    tensor_parallel.py (Megatron): ``ColumnParallelLinear``, ``RowParallelLinear``, ``ParallelMLP``,
+    ``copy_to_parallel_region`` (f) / ``reduce_from_parallel_region`` (g), ``vocab_parallel_cross_entropy``,
+    ``shard_linear`` / ``gather_linear``.
 Parameter server and local SGD (the other data-parallel schemes; tutorial 07):
     ``is_server(comm, num_servers)``; ``ParameterServer(model, make_optimizer, num_servers=1,
     asynchronous=False, staleness_bound=None).serve()`` on ranks 0..S-1 returns ``ServerStats``
@@ -100,6 +106,13 @@ from minidl.distributed.checkpoint import load_checkpoint, rng_state, save_check
 from minidl.distributed.context import barrier, get_comm, init, is_initialized, rank, shutdown, size
 from minidl.distributed.launch import abort_on_error, install_excepthook, run
 from minidl.distributed.local_sgd import LocalSGD, average_parameters
+from minidl.distributed.model_parallel import (
+    LMStage,
+    SequentialStage,
+    clip_grad_norm_split,
+    gather_state_dict,
+    partition,
+)
 from minidl.distributed.optimizer import (
     DEFAULT_FUSION_BYTES,
     DistributedOptimizer,
@@ -116,6 +129,16 @@ from minidl.distributed.parameter_server import (
 )
 from minidl.distributed.sampler import DistributedSampler, epoch_permutation, shard_batch
 from minidl.distributed.sync_batchnorm import SyncBatchNorm, convert_sync_batchnorm
+from minidl.distributed.tensor_parallel import (
+    ColumnParallelLinear,
+    ParallelMLP,
+    RowParallelLinear,
+    copy_to_parallel_region,
+    gather_linear,
+    reduce_from_parallel_region,
+    shard_linear,
+    vocab_parallel_cross_entropy,
+)
 from minidl.distributed.timing import StepTimings
 from minidl.distributed.traffic import TrafficComm
 
@@ -127,6 +150,9 @@ __all__ = [
     "load_checkpoint", "rank", "rng_state", "run", "save_checkpoint", "scatter_states", "set_rng_state",
     "shard_batch", "shutdown", "size",
     "CountingComm", "StageBoundary", "recv", "recv_meta", "send", "send_meta",
+    "LMStage", "SequentialStage", "clip_grad_norm_split", "gather_state_dict", "partition",
+    "ColumnParallelLinear", "ParallelMLP", "RowParallelLinear", "copy_to_parallel_region", "gather_linear",
+    "reduce_from_parallel_region", "shard_linear", "vocab_parallel_cross_entropy",
 ]
 __all__ += [  # parameter server, local SGD, traffic counting
     "LocalSGD", "PSWorker", "ParameterServer", "ServerStats", "average_parameters",
