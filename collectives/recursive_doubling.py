@@ -35,68 +35,57 @@ NAME = "recursive_doubling.allreduce"
 
 
 INLINE = 16 << 10  # data up to this many bytes travels inside the header message
+ROW = HEADER.itemsize  # bytes of one rank's header
 
 
 class _Link:
-    """The transfers of recursive doubling; with the agreement check on, every message starts with header rows.
+    """The transfers of recursive doubling with the agreement check on: every message starts with header rows.
 
-    A message is [header rows | data] if the sender's data is at most INLINE bytes (one message per
-    step, as without the check), else [header rows] followed by a second message with the data. A
-    receiver's buffer has room for the rows it expects plus INLINE bytes, so no sender can overflow
-    it, and the sender's header says whether a second message follows and how long it is.
+    ``rows[r]`` is rank r's 128-byte header once known (Python bytes: this is on the short-message
+    path, where microseconds count). A message is [header rows | data] if the sender's data is at
+    most INLINE bytes (one message per step, as without the check), else [header rows] followed by
+    a second message with the data. A receiver's buffer has room for the rows it expects plus
+    INLINE bytes, so no sender can overflow it, and the sender's header says whether a second
+    message follows and how long it is.
     """
 
-    def __init__(self, comm: Any, table: np.ndarray | None):
-        self.comm, self.table, self.rank = comm, table, comm.Get_rank()
+    def __init__(self, comm: Any, mine: bytes):
+        self.comm, self.rank, self.mine = comm, comm.Get_rank(), mine
+        self.rows = [b""] * comm.Get_size()
+        self.rows[self.rank] = mine
 
     def send(self, peer: int, data: np.ndarray, rows: slice, tag: int) -> None:
-        if self.table is None:
-            self.comm.Send(data, peer, tag)
-            return
         self.comm.Send(self._packet(rows, data), peer, tag)
         if data.nbytes > INLINE:
             self.comm.Send(data, peer, tag)
 
     def recv(self, peer: int, into: np.ndarray, rows: slice, tag: int) -> np.ndarray | None:
         """Peer's data (in ``into`` or in the message), or None if peer's header differs from this rank's."""
-        if self.table is None:
-            self.comm.Recv(into, peer, tag)
-            return into
-        packet = self._room(rows)
-        self.comm.Recv(packet, peer, tag)
-        return self._unpack(packet, rows, peer, into, tag, second=None)
+        room = np.empty((rows.stop - rows.start) * ROW + INLINE, np.uint8)
+        self.comm.Recv(room, peer, tag)
+        return self._unpack(room, rows, peer, into, tag, second=None)
 
     def exchange(self, peer: int, data: np.ndarray, into: np.ndarray, ours: slice, theirs: slice,
                  tag: int) -> np.ndarray | None:
         """Swap with peer (our header rows and data for theirs); returns peer's data as recv does."""
-        if self.table is None:
-            self.comm.Sendrecv(data, peer, tag, into, peer, tag)
-            return into
-        packet = self._room(theirs)
-        self.comm.Sendrecv(self._packet(ours, data), peer, tag, packet, peer, tag)
-        return self._unpack(packet, theirs, peer, into, tag, second=data if data.nbytes > INLINE else None)
+        room = np.empty((theirs.stop - theirs.start) * ROW + INLINE, np.uint8)
+        self.comm.Sendrecv(self._packet(ours, data), peer, tag, room, peer, tag)
+        return self._unpack(room, theirs, peer, into, tag, second=data if data.nbytes > INLINE else None)
 
-    def _packet(self, rows: slice, data: np.ndarray) -> np.ndarray:
-        head = self.table[rows].reshape(-1).view(np.uint8)
-        if data.nbytes > INLINE:
-            return head
-        packet = np.empty(head.size + data.nbytes, np.uint8)
-        packet[: head.size], packet[head.size:] = head, data.view(np.uint8)
-        return packet
+    def _packet(self, rows: slice, data: np.ndarray) -> bytes:
+        return b"".join((*self.rows[rows], data)) if data.nbytes <= INLINE else b"".join(self.rows[rows])
 
-    def _room(self, rows: slice) -> np.ndarray:
-        return np.empty((rows.stop - rows.start) * HEADER.itemsize + INLINE, np.uint8)
-
-    def _unpack(self, packet: np.ndarray, rows: slice, peer: int, into: np.ndarray, tag: int,
+    def _unpack(self, room: np.ndarray, rows: slice, peer: int, into: np.ndarray, tag: int,
                 second: np.ndarray | None) -> np.ndarray | None:
-        head = (rows.stop - rows.start) * HEADER.itemsize
-        self.table[rows] = packet[:head].view(self.table.dtype).reshape(-1, self.table.shape[1])
-        nbytes = int(self.table[peer, 1])  # word 1 of a header: the sender's data size in bytes
-        same = self.table[peer].tobytes() == self.table[self.rank].tobytes()
+        for i, r in enumerate(range(rows.start, rows.stop)):
+            self.rows[r] = room[i * ROW:(i + 1) * ROW].tobytes()
+        nbytes = int.from_bytes(self.rows[peer][8:16], "little")  # word 1 of a header: the data size
+        same = self.rows[peer] == self.mine
         if nbytes <= INLINE:
             if second is not None:
                 self.comm.Send(second, peer, tag)
-            return packet[head:head + nbytes].view(into.dtype) if same else None
+            head = (rows.stop - rows.start) * ROW
+            return room[head:head + nbytes].view(into.dtype) if same else None
         target = into if same else np.empty(nbytes, np.uint8)
         if second is not None:
             self.comm.Sendrecv(second, peer, tag, target, peer, tag)
@@ -104,25 +93,47 @@ class _Link:
             self.comm.Recv(target, peer, tag)
         return into if same else None
 
+    def check(self) -> None:
+        """After the last step every rank holds every header: raise the same MismatchError everywhere if any differ."""
+        if any(row != self.mine for row in self.rows):
+            raise_mismatch(np.frombuffer(b"".join(self.rows), "<i8").reshape(len(self.rows), -1),
+                           "ranks disagree on their arrays")
+
+
+class _Plain:
+    """The same transfers without the check (check=False, or p == 1)."""
+
+    def __init__(self, comm: Any):
+        self.comm = comm
+
+    def send(self, peer: int, data: np.ndarray, rows: slice, tag: int) -> None:
+        self.comm.Send(data, peer, tag)
+
+    def recv(self, peer: int, into: np.ndarray, rows: slice, tag: int) -> np.ndarray:
+        self.comm.Recv(into, peer, tag)
+        return into
+
+    def check(self) -> None:
+        pass
+
 
 def allreduce(comm: Any, x: Any, op: str = "sum", check: bool = True) -> np.ndarray:
     """The elementwise ``op`` of every rank's ``x``, as a new array of x's shape on every rank."""
     rank, p = comm.Get_rank(), comm.Get_size()
     x = as_native_array(x)
-    shape, table = x.shape, None
-    if check and p > 1:
-        table = np.zeros((p, HEADER.itemsize // 8), dtype="<i8")
-        table[rank] = header(x, op, NAME, -1)
+    checked = check and p > 1
+    link = _Link(comm, header(x, op, NAME, -1).tobytes()) if checked else _Plain(comm)
+    shape = x.shape
     x = x.reshape(-1)
     try:
         f, error = reduction(op, x.dtype), None
     except (TypeError, ValueError) as e:  # raised below, once every rank knows every header
         f, error = None, e
     if error is not None:
-        if table is None:
+        if not checked:
             raise error
         x = np.zeros(x.nbytes, np.uint8)  # still take part, so that every rank learns every header
-    link, fold = _Link(comm, table), Fold(rank, p)
+    fold = Fold(rank, p)
     acc = np.empty_like(x)
     mine = x  # the partial result: x until the first combination writes acc
     if fold.extra and fold.newrank < 0:  # fold in: even rank 2i hands its vector to 2i+1
@@ -138,8 +149,12 @@ def allreduce(comm: Any, x: Any, op: str = "sum", check: bool = True) -> np.ndar
         while mask < fold.pof2:
             partner = fold.newrank ^ mask
             peer = fold.rank_of(partner)
-            ours, group = fold.ranks_of_group(fold.newrank, mask), fold.ranks_of_group(partner, mask)
-            theirs = link.exchange(peer, mine, tmp, ours, group, TAG_EXCHANGE)
+            if not checked:
+                comm.Sendrecv(mine, peer, TAG_EXCHANGE, tmp, peer, TAG_EXCHANGE)
+                theirs = tmp
+            else:
+                ours, group = fold.ranks_of_group(fold.newrank, mask), fold.ranks_of_group(partner, mask)
+                theirs = link.exchange(peer, mine, tmp, ours, group, TAG_EXCHANGE)
             if theirs is not None and f is not None:
                 # Both partners compute f(lower, upper) into a buffer that is neither operand, so both run
                 # the same NumPy loop (an output aliasing one input may take another path, and complex
@@ -159,8 +174,7 @@ def allreduce(comm: Any, x: Any, op: str = "sum", check: bool = True) -> np.ndar
         mine = acc
     elif fold.extra:
         link.send(rank - 1, mine, slice(0, p), TAG_FOLD)
-    if table is not None and table.tobytes() != table[:1].tobytes() * p:
-        raise_mismatch(table, "ranks disagree on their arrays")
+    link.check()
     if error is not None:
         raise error
     return (mine.copy() if mine is x else mine).reshape(shape)  # a copy only when p == 1
