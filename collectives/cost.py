@@ -44,8 +44,9 @@ class CostParams:
         return np.array([self.alpha, self.beta, self.gamma])
 
 
-# Measured by calibrate() on the 2-core development machine (MPICH shared memory, mpi4py, p = 2).
-DEFAULT = CostParams(alpha=8e-6, beta=2.5e-10, gamma=2.5e-10)
+# Measured by calibrate() on the 2-core development machine (MPICH 5 shared memory, mpi4py 4.1, p = 2,
+# other work running): alpha 2.4-6 us, beta 0.14-0.22 ns/B (about 5 GB/s), gamma 0.06-0.08 ns/B.
+DEFAULT = CostParams(alpha=2.5e-6, beta=1.8e-10, gamma=7e-11)
 _params = DEFAULT
 
 
@@ -174,12 +175,12 @@ def _reduction_time(nbytes: int, repeats: int) -> float:
     return float(np.median(times)) / nbytes
 
 
-def calibrate(comm: Any, large: int = 1 << 22, repeats: int = 20, apply: bool = True) -> CostParams:
+def calibrate(comm: Any, large: int = 1 << 24, repeats: int = 10, apply: bool = True) -> CostParams:
     """Measure alpha, beta (exchanges of 8 and ``large`` bytes) and gamma (np.add); every rank gets the same.
 
-    alpha is the time of an 8-byte exchange step, beta the extra time per byte of a ``large`` one;
-    gamma is timed on vectors of 4 * ``large`` bytes, past the caches, as the long messages it
-    matters for are. Every rank measures, and all take the slowest rank's numbers (a max-allreduce),
+    alpha is the time of an 8-byte exchange step, beta the extra time per byte of a ``large`` one,
+    gamma the time per byte of np.add on ``large`` bytes: past the caches, as the long messages
+    these two matter for are. Every rank measures, and all take the slowest rank's numbers (a max-allreduce),
     so "auto" chooses alike everywhere. A collective call: every rank of ``comm`` must call it. With
     ``apply``, "auto" uses the result from now on.
     """
@@ -187,10 +188,10 @@ def calibrate(comm: Any, large: int = 1 << 22, repeats: int = 20, apply: bool = 
 
     values = DEFAULT.as_array()
     if comm.Get_size() >= 2:
-        alpha = _exchange_time(comm, 8, repeats * 5)
+        alpha = _exchange_time(comm, 8, repeats * 10)
         values[0] = alpha
         values[1] = max(_exchange_time(comm, large, repeats, batch=2) - alpha, 0.0) / large
-    values[2] = _reduction_time(4 * large, max(3, repeats // 4))
+    values[2] = _reduction_time(large, repeats)
     params = CostParams(*map(float, allreduce(comm, values, op="max", check=False)))
     if apply:
         set_params(params)
