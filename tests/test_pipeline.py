@@ -18,7 +18,8 @@ import minidl.distributed as dist
 import minidl.nn.functional as F
 from collectives.simulated import Status
 from minidl import nn, optim
-from minidl.distributed.pipeline import Pipeline, make_grid, partition, split_sequential
+from minidl.distributed.model_parallel import stage_ranges
+from minidl.distributed.pipeline import Pipeline, make_grid, split_sequential
 from minidl.distributed.pipeline_schedule import (
     BACKWARD,
     FORWARD,
@@ -76,8 +77,8 @@ def train_pipeline(comm, batches, sched: str, micro: int, dp_comm=None) -> tuple
         opt.zero_grad()
         pipe.train_step(x if pipe.is_first else None, y if pipe.is_last else None)
         opt.step()
-    start, stop = partition(len(model), p)[s]
-    mine = {k: v for k, v in model.state_dict().items() if start <= int(k.split(".")[0]) < stop}
+    layers = stage_ranges(len(model), p, None)[s]
+    mine = {k: v for k, v in model.state_dict().items() if int(k.split(".")[0]) in layers}
     return mine, pipe
 
 
@@ -151,9 +152,9 @@ def test_schedule_errors():
         schedule("gpipe", 0, 2, 0)
     with pytest.raises(ValueError, match="stage 2 out of range"):
         schedule("1f1b", 4, 2, 2)
-    with pytest.raises(ValueError, match="cannot cut 3 layers into 4 stages"):
-        partition(3, 4)
-    assert partition(7, 3) == [(0, 3), (3, 5), (5, 7)]
+    with pytest.raises(ValueError, match="cannot split 3 layers into 4"):
+        split_sequential(nn.Sequential(nn.Tanh(), nn.Tanh(), nn.Tanh()), 4, 0)
+    assert len(split_sequential(make_model(), 4, 0)) == 2 and len(split_sequential(make_model(), 4, 3)) == 1
 
 
 # ----------------------------------------------------------------------------- exactness

@@ -76,6 +76,12 @@ Model parallelism (p2p.py):
     tensor_parallel.py (Megatron): ``ColumnParallelLinear``, ``RowParallelLinear``, ``ParallelMLP``,
     ``copy_to_parallel_region`` (f) / ``reduce_from_parallel_region`` (g), ``vocab_parallel_cross_entropy``,
     ``shard_linear`` / ``gather_linear``.
+Pipelining (pipeline.py, pipeline_schedule.py; tutorial 06):
+    ``Pipeline(stage_module, loss_fn, schedule="gpipe"|"1f1b", micro_batches=m, comm=...)``:
+    ``train_step(x, y)`` accumulates the mini-batch's gradients (= one process's), records ``events``
+    (stage, micro-batch, F/B, start, end) and ``peak_stashed``; ``gather_events()``;
+    ``split_sequential(model, p, s)``; ``make_grid(comm, pp) -> Grid`` (dp x pp via ``comm.Split``);
+    ``bubble_fraction``, ``bubble_formula``, ``ideal_events``, ``plot_schedule``.
 Parameter server and local SGD (the other data-parallel schemes; tutorial 07):
     ``is_server(comm, num_servers)``; ``ParameterServer(model, make_optimizer, num_servers=1,
     asynchronous=False, staleness_bound=None).serve()`` on ranks 0..S-1 returns ``ServerStats``
@@ -127,6 +133,8 @@ from minidl.distributed.parameter_server import (
     collect_parameters,
     is_server,
 )
+from minidl.distributed.pipeline import Grid, Pipeline, make_grid, split_sequential
+from minidl.distributed.pipeline_schedule import bubble_formula, bubble_fraction, ideal_events, plot_schedule
 from minidl.distributed.sampler import DistributedSampler, epoch_permutation, shard_batch
 from minidl.distributed.sync_batchnorm import SyncBatchNorm, convert_sync_batchnorm
 from minidl.distributed.tensor_parallel import (
@@ -157,4 +165,8 @@ __all__ = [
 __all__ += [  # parameter server, local SGD, traffic counting
     "LocalSGD", "PSWorker", "ParameterServer", "ServerStats", "average_parameters",
     "TrafficComm", "collect_parameters", "is_server",
+]
+__all__ += [  # pipelining
+    "Grid", "Pipeline", "bubble_formula", "bubble_fraction", "ideal_events", "make_grid", "plot_schedule",
+    "split_sequential",
 ]

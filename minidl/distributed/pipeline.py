@@ -60,6 +60,7 @@ import numpy as np
 import minidl
 from minidl.distributed.broadcast import gather_states
 from minidl.distributed.context import get_comm
+from minidl.distributed.model_parallel import stage_ranges
 from minidl.distributed.p2p import recv_array
 from minidl.distributed.pipeline_schedule import (
     FORWARD,
@@ -78,25 +79,17 @@ _MAX_NDIM = 8
 
 
 # ----------------------------------------------------------------------------- cutting a model
-def partition(num_layers: int, num_stages: int) -> list[tuple[int, int]]:
-    """Contiguous [start, stop) layer ranges, one per stage, sizes differing by at most one
-    (the first stages take the extra layers)."""
-    if num_stages < 1 or num_layers < num_stages:
-        raise ValueError(f"pipeline: cannot cut {num_layers} layers into {num_stages} stages "
-                         "(every stage needs at least one layer)")
-    q, r = divmod(num_layers, num_stages)
-    bounds = np.cumsum([0] + [q + (s < r) for s in range(num_stages)])
-    return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+def split_sequential(model: Sequential, num_stages: int, stage: int, balance: Any = None) -> Sequential:
+    """Stage ``stage``'s layers of ``model`` (the same module objects, so the same parameters).
 
-
-def split_sequential(model: Sequential, num_stages: int, stage: int) -> Sequential:
-    """Stage ``stage``'s layers of ``model`` (the same module objects, so the same parameters)."""
+    ``balance`` as in ``model_parallel.stage_ranges``: None (equal numbers of layers, the first stages
+    taking the extra ones), or a list of layer counts per stage (GPipe's ``balance``)."""
     if not isinstance(model, Sequential):
         raise TypeError(f"split_sequential: expected an nn.Sequential, got {type(model).__name__}")
     if not 0 <= stage < num_stages:
         raise ValueError(f"split_sequential: stage {stage} out of range for {num_stages} stages")
-    start, stop = partition(len(model), num_stages)[stage]
-    return model[start:stop]
+    layers = stage_ranges(len(model), num_stages, balance)[stage]
+    return model[layers.start:layers.stop]
 
 
 # ----------------------------------------------------------------------------- messages
