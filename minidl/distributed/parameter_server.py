@@ -341,11 +341,22 @@ class ParameterServer:
         start = time.perf_counter()
         done: set[int] = set()
         pending: dict[int, np.ndarray] = {}  # synchronous: this step's gradients so far, by worker
+        joining: list[int] | None = []  # workers whose first pull waits for the others' (a common start)
         while len(done) < len(self.workers):
             src, kind, version, step, _ = self._receive(status, any_source)
-            if kind == PULL:
-                self.stats.pulls += 1
-                self._reply(src, PARAMS, with_params=True)
+            if kind == PULL and joining is not None:
+                # Start barrier: the first pulls are answered together once every worker has asked, so all
+                # start from version 0 (and no gradient arrives before everyone has joined).
+                joining.append(src)
+                if len(joining) == len(self.workers):
+                    for w in joining:
+                        self._pull(w)
+                    joining = None
+            elif joining is not None:
+                raise RuntimeError(f"parameter server: rank {src} sent {KIND_NAMES[kind]} before its first pull "
+                                   "(a PSWorker pulls when it is constructed)")
+            elif kind == PULL:
+                self._pull(src)
             elif kind == DONE:
                 done.add(src)
             elif self.asynchronous:
@@ -366,6 +377,10 @@ class ParameterServer:
                 pending.clear()
         self.stats.seconds = time.perf_counter() - start
         return self.stats
+
+    def _pull(self, dest: int) -> None:
+        self.stats.pulls += 1
+        self._reply(dest, PARAMS, with_params=True)
 
     def _push_async(self, src: int, version: int, start: float) -> None:
         staleness = self.version - version
