@@ -3,8 +3,6 @@ exactly, they read real files, and they say what is wrong with bad arguments."""
 
 from __future__ import annotations
 
-import gzip
-import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from minidl.data.idx import save_idx
 from minidl.train import cnn, lm
 from minidl.train.__main__ import main as train_main
 
@@ -50,6 +49,8 @@ def test_lm_resume_equals_uninterrupted(tmp_path):
     assert resumed["test_ppl"] == straight["test_ppl"]
     with pytest.raises(AssertionError):  # the check can fail: 80 steps are not 130
         assert_same_params(first["params"], straight["params"])
+    with pytest.raises(ValueError, match="preset quick"):  # same model shapes, another preset's schedule
+        lm.main(base[1:] + ["--preset", "demo", "--resume", str(tmp_path / "a.npz")])
 
 
 def test_lm_float64_and_lr_schedule(capsys):
@@ -137,27 +138,20 @@ def test_cnn_resume_equals_uninterrupted(tmp_path):
     assert resumed["accuracy"] == straight["accuracy"]
 
 
-def write_idx(path: Path, array: np.ndarray, compress: bool = False) -> None:
-    """The IDX format: magic (0, 0, type 0x08 = uint8, ndim), big-endian int32 sizes, raw bytes."""
-    header = bytes([0, 0, 0x08, array.ndim]) + struct.pack(f">{array.ndim}i", *array.shape)
-    data = header + array.astype(np.uint8).tobytes()
-    (gzip.open if compress else open)(path, "wb").write(data)
-
-
 def test_cnn_single_label_idx(tmp_path, rng, capsys):
     """MNIST-format files: 10 classes, cross-entropy. Class c is a bright bar in row band c: learnable."""
-    pytest.importorskip("minidl.data.idx")
     def make(n):
         y = rng.integers(0, 10, n)
         x = rng.integers(0, 40, (n, 28, 28))
         for i, c in enumerate(y):
             x[i, 2 + 2 * c : 4 + 2 * c, 4:24] = 255
         return x, y
+
     (xtr, ytr), (xte, yte) = make(600), make(200)
-    write_idx(tmp_path / "train-images-idx3-ubyte.gz", xtr, compress=True)
-    write_idx(tmp_path / "train-labels-idx1-ubyte.gz", ytr, compress=True)
-    write_idx(tmp_path / "t10k-images-idx3-ubyte", xte)
-    write_idx(tmp_path / "t10k-labels-idx1-ubyte", yte)
+    save_idx(tmp_path / "train-images-idx3-ubyte.gz", xtr.astype(np.uint8))  # gzipped, as MNIST ships
+    save_idx(tmp_path / "train-labels-idx1-ubyte.gz", ytr.astype(np.uint8))
+    save_idx(tmp_path / "t10k-images-idx3-ubyte", xte.astype(np.uint8))
+    save_idx(tmp_path / "t10k-labels-idx1-ubyte", yte.astype(np.uint8))
     r = cnn.main(["--data", str(tmp_path), "--quick", "--batch-size", "20", "--epochs", "2", "--log-every", "1000"])
     assert not r["multilabel"] and r["accuracy"] > 0.5, r["accuracy"]  # chance is 0.1
     assert "accuracy" in capsys.readouterr().out

@@ -31,6 +31,7 @@ import minidl
 import minidl.distributed as dist
 import minidl.nn.functional as F
 from minidl import nn, optim
+from minidl.data.idx import load_mnist
 from minidl.data.images import generated_images
 from minidl.train import common
 from minidl.train.common import Context
@@ -107,9 +108,7 @@ class Task:
 
 def load_task(args: argparse.Namespace, cfg: CNNConfig) -> Task:
     if args.data:
-        from minidl.data.idx import load_mnist  # imported here: only this path needs the IDX reader
-
-        (x_train, y_train), (x_test, y_test) = load_mnist(args.data)
+        (x_train, y_train), (x_test, y_test) = load_mnist(args.data, "train"), load_mnist(args.data, "t10k")
         # uint8 [N, 28, 28] -> float [N, 1, 28, 28] scaled to [0, 1], labels int64
         prep = lambda x: (np.asarray(x, np.float32) / 255.0)[:, None]
         return Task(f"IDX files in {args.data}", prep(x_train), np.asarray(y_train, np.int64), prep(x_test),
@@ -191,7 +190,7 @@ def _train(ctx: Context, args: argparse.Namespace) -> dict[str, Any]:
 
     step = 0
     if args.resume:
-        saved, _ = common.load_checkpoint(ctx, args.resume, model, opt, schedule)
+        saved, _ = common.load_checkpoint(ctx, args.resume, model, opt, schedule, preset)
         step = int(saved["step"])
         sampler.load_state_dict(saved["sampler"])
     else:
@@ -267,8 +266,9 @@ def _train(ctx: Context, args: argparse.Namespace) -> dict[str, Any]:
     history["test"].append((sampler.epoch + (sampler.position > 0), result["accuracy"]))
     result.update(preset=preset, steps=step, history=history, seconds=elapsed, images_per_s=speed.overall(),
                   ranks=ctx.size, multilabel=task.multilabel, params=common.snapshot(model))
-    ctx.log(f"test {describe(task, result)} | {step} steps in {common.format_duration(elapsed)}, "
-            f"{result['images_per_s']:,.0f} images/s" + (f" over {ctx.size} ranks" if ctx.size > 1 else ""))
+    ranks = f" on {ctx.size} ranks" if ctx.size > 1 else ""
+    ctx.log(f"test {describe(task, result)} | {step} steps in {common.format_duration(elapsed)}{ranks}, "
+            f"{speed.format(result['images_per_s'] / ctx.size)}")
     if isinstance(opt, dist.DistributedOptimizer) and opt.timings.steps:
         ctx.log(f"step time, {opt.timings.summary()}")
     if args.save:

@@ -183,11 +183,14 @@ def save_checkpoint(ctx: Context, path: str, model: Module, opt: Optimizer, stat
     dist.save_checkpoint(path, model, inner, scheduler, state=state, rank_state=rank_state, comm=ctx.comm)
 
 
-def load_checkpoint(ctx: Context, path: str, model: Module, opt: Optimizer,
-                    scheduler: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
+def load_checkpoint(ctx: Context, path: str, model: Module, opt: Optimizer, scheduler: Any = None,
+                    preset: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """Restore what ``save_checkpoint`` wrote; returns (shared state, this rank's state), RNG already restored."""
     inner = opt.optimizer if isinstance(opt, dist.DistributedOptimizer) else opt
     state, mine = dist.load_checkpoint(path, model, inner, scheduler, comm=ctx.comm)
+    if preset is not None and state.get("preset", preset) != preset:
+        raise ValueError(f"--resume {path}: the checkpoint was written with --preset {state['preset']}, "
+                         f"this run has --preset {preset}")
     if "rng" in mine:
         dist.set_rng_state(minidl.default_generator(), mine["rng"])
     return state, mine
@@ -231,16 +234,20 @@ class Throughput:
         """Global items/s over the whole run so far (paused time excluded); call after ``pause()``."""
         return self.size * (self.total_items + self.items) / max(self.total_seconds + self.seconds, 1e-9)
 
-    def take(self) -> str:
-        """The rate since the last call, as text; starts the next interval."""
-        self.pause()
-        per_rank = self.items / max(self.seconds, 1e-9)
+    def format(self, per_rank: float) -> str:
+        """"G units/s (R/rank, efficiency E%)": global rate, per-rank rate, and per-rank / baseline."""
         text = f"{per_rank * self.size:,.0f} {self.unit}/s"
         if self.size > 1 or self.baseline:
             text += f" ({per_rank:,.0f}/rank"
             if self.baseline:
                 text += f", efficiency {100 * per_rank / self.baseline:.0f}%"
             text += ")"
+        return text
+
+    def take(self) -> str:
+        """The rate since the last call, as text; starts the next interval."""
+        self.pause()
+        text = self.format(self.items / max(self.seconds, 1e-9))
         self.total_items += self.items
         self.total_seconds += self.seconds
         self.items, self.seconds = 0, 0.0

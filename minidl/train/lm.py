@@ -46,7 +46,7 @@ from minidl.train.common import Context
 PRESETS: dict[str, LMConfig] = {
     **ZAREMBA_PRESETS,
     "demo": LMConfig(hidden_size=200, num_layers=1, num_steps=20, batch_size=20, dropout=0.0, init_scale=0.1,
-                     lr=1.0, lr_decay=0.5, decay_after=4, epochs=6, max_grad_norm=5.0),
+                     lr=4.0, lr_decay=0.5, decay_after=2, epochs=4, max_grad_norm=5.0),
     "quick": LMConfig(hidden_size=64, num_layers=1, num_steps=10, batch_size=10, dropout=0.0, init_scale=0.1,
                       lr=5.0, lr_decay=0.5, decay_after=2, epochs=3, max_grad_norm=5.0),
 }
@@ -126,7 +126,7 @@ def _train(ctx: Context, args: argparse.Namespace) -> dict[str, Any]:
     epoch, window, step = 1, 0, 0
     state = model.init_hidden(B)
     if args.resume:
-        saved, mine = common.load_checkpoint(ctx, args.resume, model, opt)
+        saved, mine = common.load_checkpoint(ctx, args.resume, model, opt, preset=preset)
         epoch, window, step = int(saved["epoch"]), int(saved["window"]), int(saved["step"])
         if window and "h" in mine:
             state = (minidl.tensor(mine["h"].astype(params[0].dtype)), minidl.tensor(mine["c"].astype(params[0].dtype)))
@@ -211,8 +211,9 @@ def _train(ctx: Context, args: argparse.Namespace) -> dict[str, Any]:
         result["gap"] = result["test_ppl"] / result["optimal_ppl"] - 1.0
         line += (f" | corpus optimum {result['optimal_ppl']:.2f} (gap {100 * result['gap']:+.1f}%)"
                  f" | unigram {result['unigram_ppl']:.1f}")
-    ctx.log(f"{line} | {step} steps in {common.format_duration(elapsed)}, {result['words_per_s']:,.0f} words/s"
-            + (f" over {ctx.size} ranks" if ctx.size > 1 else ""))
+    ranks = f" on {ctx.size} ranks" if ctx.size > 1 else ""
+    ctx.log(f"{line} | {step} steps in {common.format_duration(elapsed)}{ranks}, "
+            f"{speed.format(result['words_per_s'] / ctx.size)}")
     if isinstance(opt, common.dist.DistributedOptimizer) and opt.timings.steps:
         ctx.log(f"step time, {opt.timings.summary()}")
     if args.save:
