@@ -373,8 +373,64 @@ def vocab_parallel_cross_entropy(logits: Tensor, target: Any, lo: int, comm: Any
                                            algorithm=check_algorithm(algorithm), check=check)
 
 
+# ----------------------------------------------------------------------------- the language model
+class TensorParallelLM(Module):
+    """An ``LSTMLanguageModel`` whose decoder and softmax are split over the ranks by vocabulary.
+
+    The [V, H] decoder is the model's largest layer (V = 10,000 for PTB) and its softmax the costliest
+    step; the LSTM's recurrence would need an exchange per time step if split, so embedding and LSTM are
+    replicated: every rank runs them on the same batch (the same seed on every rank gives the same
+    weights and dropout masks). The decoder is a ``ColumnParallelLinear`` without gather, its input
+    passing through f, so backward allreduces dL/dh [T*B, H] once, and the replicated LSTM's gradients
+    come out the same on every rank: no gradient allreduce. Per step the wire carries that and the
+    loss's three numbers per word, never the [T*B, V] logits.
+
+    ``forward(x [T, B], state) -> (logits block [T*B, V_r], state)``; ``loss(logits, y)`` the mean
+    cross entropy over the whole vocabulary; ``sharded_parameters()`` / ``replicated_parameters()`` for
+    ``clip_grad_norm_split``; ``dense_state_dict()`` the whole model's ``state_dict`` on every rank.
+    """
+
+    def __init__(self, model: Any, comm: Any = None, algorithm: str = "ring", check: bool = True):
+        super().__init__()
+        self.vocab_size, self.hidden_size, self.num_layers = model.vocab_size, model.hidden_size, model.num_layers
+        self.embedding, self.drop, self.lstm = model.embedding, model.drop, model.lstm
+        self.decoder = ColumnParallelLinear.from_dense(model.decoder, gather_output=False, comm=comm,
+                                                       algorithm=algorithm, check=check)
+        self.detach_state = model.detach_state  # a staticmethod: holds no reference to the dense model
+
+    def init_hidden(self, batch_size: int) -> tuple[Tensor, Tensor]:
+        """Zero (h, c), each [L, B, H], in the parameters' dtype."""
+        shape = (self.num_layers, batch_size, self.hidden_size)
+        dtype = self.decoder.weight.dtype
+        return Tensor(np.zeros(shape, dtype)), Tensor(np.zeros(shape, dtype))
+
+    def forward(self, x: Any, state: Any = None):
+        tokens = np.asarray(x.data if isinstance(x, Tensor) else x)
+        T, B = tokens.shape
+        out, state = self.lstm(self.drop(self.embedding(tokens)), state if state is not None
+                               else self.init_hidden(B))
+        return self.decoder(self.drop(out).reshape(T * B, self.hidden_size)), state
+
+    def loss(self, logits: Tensor, target: Any) -> Tensor:
+        target = np.asarray(target.data if isinstance(target, Tensor) else target).reshape(-1)
+        d = self.decoder
+        return vocab_parallel_cross_entropy(logits, target, d.out_range.start, d.comm, d.algorithm, d.check)
+
+    def sharded_parameters(self) -> list[Parameter]:
+        return list(self.decoder.parameters())
+
+    def replicated_parameters(self) -> list[Parameter]:
+        return [*self.embedding.parameters(), *self.lstm.parameters()]
+
+    def dense_state_dict(self) -> dict[str, np.ndarray]:
+        """The whole model's ``state_dict`` (``LSTMLanguageModel``'s names), the decoder gathered, on every rank."""
+        state = {k: v for k, v in self.state_dict().items() if not k.startswith("decoder.")}
+        state["decoder.weight"], state["decoder.bias"] = gather_linear(self.decoder)
+        return state
+
+
 __all__ = [
-    "ColumnParallelLinear", "ParallelMLP", "RowParallelLinear", "copy_to_parallel_region",
+    "ColumnParallelLinear", "ParallelMLP", "RowParallelLinear", "TensorParallelLM", "copy_to_parallel_region",
     "gather_from_parallel_region", "gather_linear", "reduce_from_parallel_region", "scatter_to_parallel_region",
     "shard_linear", "shard_range", "vocab_parallel_cross_entropy",
 ]
