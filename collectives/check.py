@@ -73,8 +73,13 @@ def _header(array: tuple | None, op: str, call: str, root: int) -> np.ndarray:
         h["nbytes"], h["ndim"], h["dtype"] = h["size"] * dtype.itemsize, len(shape), dtype.str.encode()[:16]
         h["shape"][: min(len(shape), MAX_DIMS)] = shape[:MAX_DIMS]
         h["shape_crc"] = zlib.crc32(np.asarray(shape, dtype="<i8").tobytes())
-    words = np.frombuffer(h.tobytes(), dtype="<i8")
-    return words
+    return np.frombuffer(h.tobytes(), dtype="<i8")
+
+
+@functools.lru_cache(maxsize=1024)
+def header_bytes(shape: tuple, dtype: np.dtype, op: str, call: str) -> bytes:
+    """The header of an array of this shape and dtype as bytes (cached, for recursive doubling's short path)."""
+    return _header((shape, dtype), op, call, -1).tobytes()
 
 
 def exchange_headers(comm: Any, x: np.ndarray | None, op: str, call: str, root: int = -1) -> np.ndarray:

@@ -45,8 +45,8 @@ class CostParams:
 
 
 # Measured by calibrate() on the 2-core development machine (MPICH 5 shared memory, mpi4py 4.1, p = 2,
-# other work running): alpha 2.4-6 us, beta 0.14-0.22 ns/B (about 5 GB/s), gamma 0.06-0.08 ns/B.
-DEFAULT = CostParams(alpha=2.5e-6, beta=1.8e-10, gamma=7e-11)
+# other work running): alpha 2.5-8 us, beta 0.2-0.4 ns/B (3-5 GB/s out of cache), gamma 0.06-0.15 ns/B.
+DEFAULT = CostParams(alpha=2.5e-6, beta=3e-10, gamma=7e-11)
 _params = DEFAULT
 
 
@@ -144,22 +144,24 @@ def total_bytes(algorithm: str, p: int, nbytes: int) -> int:
 
 
 # -- calibration ------------------------------------------------------------------------------------
-def _exchange_time(comm: Any, nbytes: int, repeats: int, batch: int = 10) -> float:
+def _exchange_time(comm: Any, nbytes: int, repeats: int, batch: int = 10, buffers: int = 1) -> float:
     """Seconds per step of a ring of Sendrecv, every rank sending ``nbytes`` right and receiving from the left.
 
     With p = 2 this is a ping-pong in both directions at once. Every rank takes part, as in the
-    algorithms, so that with more ranks than cores the scheduler's delays are measured too.
+    algorithms, so that with more ranks than cores the scheduler's delays are measured too. The
+    steps cycle through ``buffers`` pairs of buffers (several, to measure long messages out of cache).
     Median over ``repeats`` batches of ``batch`` steps.
     """
     rank, p = comm.Get_rank(), comm.Get_size()
     right, left = (rank + 1) % p, (rank - 1) % p
-    send, recv = np.zeros(nbytes, dtype=np.uint8), np.empty(nbytes, dtype=np.uint8)
-    comm.Sendrecv(send, right, 0, recv, left, 0)  # warm up the connections
+    send = [np.ones(nbytes, dtype=np.uint8) for _ in range(buffers)]
+    recv = [np.ones(nbytes, dtype=np.uint8) for _ in range(buffers)]
+    comm.Sendrecv(send[0], right, 0, recv[0], left, 0)  # warm up the connections
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        for _ in range(batch):
-            comm.Sendrecv(send, right, 0, recv, left, 0)
+        for i in range(batch):
+            comm.Sendrecv(send[i % buffers], right, 0, recv[i % buffers], left, 0)
         times.append((time.perf_counter() - t0) / batch)
     return float(np.median(times))
 
@@ -190,7 +192,7 @@ def calibrate(comm: Any, large: int = 1 << 24, repeats: int = 10, apply: bool = 
     if comm.Get_size() >= 2:
         alpha = _exchange_time(comm, 8, repeats * 10)
         values[0] = alpha
-        values[1] = max(_exchange_time(comm, large, repeats, batch=2) - alpha, 0.0) / large
+        values[1] = max(_exchange_time(comm, large, repeats, batch=3, buffers=3) - alpha, 0.0) / large
     values[2] = _reduction_time(large, repeats)
     params = CostParams(*map(float, allreduce(comm, values, op="max", check=False)))
     if apply:

@@ -33,6 +33,21 @@ def choose_algorithm(p: int, nbytes: int, params: CostParams | None = None) -> t
     return name, dict(times)
 
 
+_auto_cache: dict = {"params": None}
+
+
+def _auto(p: int, nbytes: int) -> str:
+    """choose_algorithm's answer for the current parameters, remembered (it costs as much as a short allreduce)."""
+    params = get_params()
+    if _auto_cache["params"] is not params:
+        _auto_cache.clear()
+        _auto_cache["params"] = params
+    key = (p, nbytes)
+    if key not in _auto_cache:
+        _auto_cache[key] = _choose(p, nbytes, params)[0]
+    return _auto_cache[key]
+
+
 @functools.lru_cache(maxsize=1024)
 def _choose(p: int, nbytes: int, params: CostParams) -> tuple[str, tuple]:
     """Cached: the prediction costs microseconds, as much as a short allreduce."""
@@ -48,7 +63,7 @@ def allreduce(comm: Any, x: Any, op: str = "sum", algorithm: str = "auto", check
     ``check=False`` the agreement check on shape/dtype/op is skipped (only when you know they agree).
     """
     if algorithm == "auto":
-        algorithm, _ = _choose(comm.Get_size(), np.asarray(x).nbytes, get_params())
+        algorithm = _auto(comm.Get_size(), x.nbytes if isinstance(x, np.ndarray) else np.asarray(x).nbytes)
     if algorithm not in _ALLREDUCE:
         raise ValueError(f"unknown allreduce algorithm {algorithm!r}: expected auto or one of {list(_ALLREDUCE)}")
     return _ALLREDUCE[algorithm](comm, x, op, check=check)

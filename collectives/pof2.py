@@ -13,6 +13,7 @@ of consecutive new ranks stands for a contiguous range of old ranks.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,7 @@ from collectives.common import TAG_ALLGATHER, TAG_FOLD
 
 
 class Fold:
-    """The mapping between a rank of p and the new ranks of the power-of-two algorithm."""
+    """The mapping between a rank of p and the new ranks of the power-of-two algorithm (use ``fold_of``)."""
 
     def __init__(self, rank: int, p: int):
         self.rank, self.p = rank, p
@@ -46,6 +47,12 @@ class Fold:
         start = newrank - newrank % size
         end = start + size
         return slice(self.first_rank_of(start), self.first_rank_of(end) if end < self.pof2 else self.p)
+
+
+@functools.lru_cache(maxsize=1024)
+def fold_of(rank: int, p: int) -> Fold:
+    """Fold(rank, p), made once (it is read only, and on every short allreduce's path)."""
+    return Fold(rank, p)
 
 
 def fold_in(comm: Any, x: np.ndarray, acc: np.ndarray, f: np.ufunc, fold: Fold) -> np.ndarray:
@@ -92,7 +99,7 @@ def allgather_blocks(comm: Any, buf: np.ndarray, block: int, tag: int = TAG_ALLG
     the odd partner sends the whole gathered buffer back at the end.
     """
     rank, p = comm.Get_rank(), comm.Get_size()
-    fold = Fold(rank, p)
+    fold = fold_of(rank, p)
     if fold.extra and fold.newrank < 0:
         comm.Send(buf[rank * block:(rank + 1) * block], rank + 1, tag)
     elif fold.extra:

@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 
 from collectives.check import agree
-from collectives.common import TAG_FOLD, TAG_REDUCE_SCATTER, block_bounds, combine
-from collectives.pof2 import Fold, doubling_allgather, fold_in, fold_out
+from collectives.common import TAG_FOLD, TAG_REDUCE_SCATTER, block_bounds
+from collectives.pof2 import Fold, doubling_allgather, fold_in, fold_of, fold_out
 
 
 def halving_into(comm: Any, mine: np.ndarray, acc: np.ndarray, f: np.ufunc, seg: list[int], fold: Fold) -> None:
@@ -35,8 +35,7 @@ def halving_into(comm: Any, mine: np.ndarray, acc: np.ndarray, f: np.ufunc, seg:
     """
     j = fold.newrank
     lo, hi = 0, fold.pof2  # the segments this rank is still responsible for
-    # The largest half received is the first step's lower half (segments shrink left to right).
-    tmp = np.empty(seg[fold.pof2 // 2] - seg[0], dtype=acc.dtype)
+    tmp = None
     mask = fold.pof2 // 2
     while mask:
         partner = j ^ mask
@@ -44,9 +43,13 @@ def halving_into(comm: Any, mine: np.ndarray, acc: np.ndarray, f: np.ufunc, seg:
         keep, give = ((lo, mid), (mid, hi)) if j < partner else ((mid, hi), (lo, mid))
         k0, k1, g0, g1 = seg[keep[0]], seg[keep[1]], seg[give[0]], seg[give[1]]
         peer = fold.rank_of(partner)
-        theirs = tmp[: k1 - k0]
+        if mine is acc:  # a partial sum is in acc: receive aside (the kept parts only shrink from here)
+            tmp = np.empty(k1 - k0, dtype=acc.dtype) if tmp is None else tmp
+            theirs = tmp[: k1 - k0]
+        else:  # first step from x: receive straight into the result, no temporary
+            theirs = acc[k0:k1]
         comm.Sendrecv(mine[g0:g1], peer, TAG_REDUCE_SCATTER, theirs, peer, TAG_REDUCE_SCATTER)
-        combine(f, mine[k0:k1], theirs, out=acc[k0:k1], theirs_is_lower=partner < j)
+        f(theirs, mine[k0:k1], out=acc[k0:k1])  # each block is reduced on one rank only: any operand order
         mine = acc
         lo, hi = keep
         mask >>= 1
@@ -57,7 +60,7 @@ def allreduce(comm: Any, x: Any, op: str = "sum", check: bool = True) -> np.ndar
     shape = np.shape(x)
     x, f = agree(comm, x, op, "rabenseifner.allreduce", check=check)
     rank, p = comm.Get_rank(), comm.Get_size()
-    fold = Fold(rank, p)
+    fold = fold_of(rank, p)
     acc = np.empty_like(x)
     mine = fold_in(comm, x, acc, f, fold)
     if fold.newrank >= 0:
@@ -78,7 +81,7 @@ def reduce_scatter(comm: Any, x: Any, op: str = "sum") -> np.ndarray:
     """
     x, f = agree(comm, x, op, "rabenseifner.reduce_scatter")
     rank, p = comm.Get_rank(), comm.Get_size()
-    fold, b = Fold(rank, p), block_bounds(x.size, p)
+    fold, b = fold_of(rank, p), block_bounds(x.size, p)
     acc = np.empty_like(x)
     mine = fold_in(comm, x, acc, f, fold)
     if fold.newrank >= 0:

@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from collectives.check import HEADER, as_native_array, header, raise_mismatch
+from collectives.check import HEADER, as_native_array, header_bytes, raise_mismatch
 from collectives.common import TAG_EXCHANGE, TAG_FOLD, combine, reduction
-from collectives.pof2 import Fold
+from collectives.pof2 import fold_of
 
 NAME = "recursive_doubling.allreduce"
 
@@ -122,7 +122,7 @@ def allreduce(comm: Any, x: Any, op: str = "sum", check: bool = True) -> np.ndar
     rank, p = comm.Get_rank(), comm.Get_size()
     x = as_native_array(x)
     checked = check and p > 1
-    link = _Link(comm, header(x, op, NAME, -1).tobytes()) if checked else _Plain(comm)
+    link = _Link(comm, header_bytes(x.shape, x.dtype, str(op), NAME)) if checked else _Plain(comm)
     shape = x.shape
     x = x.reshape(-1)
     try:
@@ -133,7 +133,7 @@ def allreduce(comm: Any, x: Any, op: str = "sum", check: bool = True) -> np.ndar
         if not checked:
             raise error
         x = np.zeros(x.nbytes, np.uint8)  # still take part, so that every rank learns every header
-    fold = Fold(rank, p)
+    fold = fold_of(rank, p)
     acc = np.empty_like(x)
     mine = x  # the partial result: x until the first combination writes acc
     if fold.extra and fold.newrank < 0:  # fold in: even rank 2i hands its vector to 2i+1
