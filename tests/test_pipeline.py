@@ -18,7 +18,6 @@ import minidl.distributed as dist
 import minidl.nn.functional as F
 from collectives.simulated import Status
 from minidl import nn, optim
-from minidl.distributed.model_parallel import stage_ranges
 from minidl.distributed.pipeline import Pipeline, make_grid, split_sequential
 from minidl.distributed.pipeline_schedule import (
     BACKWARD,
@@ -77,9 +76,7 @@ def train_pipeline(comm, batches, sched: str, micro: int, dp_comm=None) -> tuple
         opt.zero_grad()
         pipe.train_step(x if pipe.is_first else None, y if pipe.is_last else None)
         opt.step()
-    layers = stage_ranges(len(model), p, None)[s]
-    mine = {k: v for k, v in model.state_dict().items() if int(k.split(".")[0]) in layers}
-    return mine, pipe
+    return stage.state_dict(), pipe
 
 
 def assert_matches(got: dict[str, np.ndarray], want: dict[str, np.ndarray], what: str = "") -> None:

@@ -80,7 +80,8 @@ _MAX_NDIM = 8
 
 # ----------------------------------------------------------------------------- cutting a model
 def split_sequential(model: Sequential, num_stages: int, stage: int, balance: Any = None) -> Sequential:
-    """Stage ``stage``'s layers of ``model`` (the same module objects, so the same parameters).
+    """Stage ``stage``'s layers of ``model``: the same module objects (so the same parameters) under
+    the same names (so ``model_parallel.gather_state_dict`` reassembles the dense state dict).
 
     ``balance`` as in ``model_parallel.stage_ranges``: None (equal numbers of layers, the first stages
     taking the extra ones), or a list of layer counts per stage (GPipe's ``balance``)."""
@@ -88,8 +89,10 @@ def split_sequential(model: Sequential, num_stages: int, stage: int, balance: An
         raise TypeError(f"split_sequential: expected an nn.Sequential, got {type(model).__name__}")
     if not 0 <= stage < num_stages:
         raise ValueError(f"split_sequential: stage {stage} out of range for {num_stages} stages")
-    layers = stage_ranges(len(model), num_stages, balance)[stage]
-    return model[layers.start:layers.stop]
+    part = Sequential()
+    for i in stage_ranges(len(model), num_stages, balance)[stage]:
+        part.add_module(str(i), model[i])  # the dense model's names: "3.weight" stays "3.weight"
+    return part
 
 
 # ----------------------------------------------------------------------------- messages

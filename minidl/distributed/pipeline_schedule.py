@@ -172,10 +172,12 @@ def events_from_array(a: np.ndarray) -> list[Event]:
     return [Event(int(s), int(i), FORWARD if k == 0 else BACKWARD, float(t0), float(t1)) for s, i, k, t0, t1 in a]
 
 
-def plot_schedule(events: Sequence[Event], path: str | None = None, title: str = "", ax: Any = None) -> Any:
+def plot_schedule(events: Sequence[Event], path: str | None = None, title: str = "", ax: Any = None,
+                  measured: bool = True) -> Any:
     """Draw the schedule as it ran: stages on the y axis (stage 0 on top), time on the x axis, one box
     per op, forwards blue and backwards orange, each labelled with its micro-batch. Returns the axes;
-    with ``path``, saves the figure there (matplotlib is needed only here)."""
+    with ``path``, saves the figure there (matplotlib is needed only here). ``measured=False`` titles an
+    ``ideal_events`` timeline's bubble without the word "measured"."""
     import matplotlib.pyplot as plt
 
     if not events:
@@ -194,9 +196,9 @@ def plot_schedule(events: Sequence[Event], path: str | None = None, title: str =
     ax.set_ylim(max(stages) + 0.6, min(stages) - 0.6)
     ax.set_xlabel("time since the step began (ms)")
     bubble = bubble_fraction(events, len(stages))
-    ax.set_title(f"{title}  measured bubble {bubble:.2f}".strip())
+    ax.set_title(f"{title}  {'measured ' if measured else ''}bubble {bubble:.2f}".strip())
     ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in colors.values()], labels=["forward", "backward"],
-              loc="upper right", fontsize=8)
+              loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
     if path is not None:
         (fig or ax.figure).tight_layout()
         (fig or ax.figure).savefig(path, dpi=120)
