@@ -274,18 +274,30 @@ class RowParallelLinear(_ParallelLinear):
         return y if self.bias is None else y + self.bias
 
 
-def gather_linear(layer: ColumnParallelLinear | RowParallelLinear) -> tuple[np.ndarray, np.ndarray | None]:
-    """The whole dense (weight [out, in], bias [out]) of a sharded layer, on every rank (an allgather)."""
-    sizes_out = _shard_sizes(layer.out_features, layer.world)
-    sizes_in = _shard_sizes(layer.in_features, layer.world)
-    w, b = layer.weight.data, None if layer.bias is None else layer.bias.data
+def gather_linear(layer: ColumnParallelLinear | RowParallelLinear,
+                  grad: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+    """The whole dense (weight [out, in], bias [out]) of a sharded layer, on every rank (an allgather).
+
+    ``grad=True``: the same for the gradients (``.grad``; zeros where there is none yet).
+    """
+    if not isinstance(layer, (ColumnParallelLinear, RowParallelLinear)):
+        raise TypeError(f"gather_linear: expected a ColumnParallelLinear or RowParallelLinear, "
+                        f"got {type(layer).__name__}")
+
+    def values(p: Parameter | None) -> np.ndarray | None:
+        if p is None:
+            return None
+        if not grad:
+            return p.data
+        return p.grad if p.grad is not None else np.zeros_like(p.data)
+
+    w, b = values(layer.weight), values(layer.bias)
     if isinstance(layer, ColumnParallelLinear):
-        weight = allgather_last_axis(layer.comm, np.ascontiguousarray(w.T), sizes_out).T.copy()
-        bias = None if b is None else allgather_last_axis(layer.comm, b, sizes_out)
-        return weight, bias
-    if isinstance(layer, RowParallelLinear):
-        return allgather_last_axis(layer.comm, w, sizes_in), None if b is None else b.copy()
-    raise TypeError(f"gather_linear: expected a ColumnParallelLinear or RowParallelLinear, got {type(layer).__name__}")
+        sizes = _shard_sizes(layer.out_features, layer.world)
+        weight = allgather_last_axis(layer.comm, np.ascontiguousarray(w.T), sizes).T.copy()
+        return weight, None if b is None else allgather_last_axis(layer.comm, b, sizes)
+    sizes = _shard_sizes(layer.in_features, layer.world)
+    return allgather_last_axis(layer.comm, w, sizes), None if b is None else b.copy()
 
 
 class ParallelMLP(Module):
@@ -294,12 +306,13 @@ class ParallelMLP(Module):
     ``fc1`` is column-parallel (no gather), the activation acts on each rank's hidden block, ``fc2`` is
     row-parallel: one allreduce forward ([..., out]) and one backward ([..., in]) per block, the
     output the same on every rank. ``activation``: a Module applied elementwise (default ReLU); it
-    must be elementwise, or the split would change the function.
+    must be elementwise, or the split would change the function. ``dense``: (fc1, fc2), each a
+    ``Linear`` or a (weight, bias) pair, to shard; default a fresh init of both.
     """
 
     def __init__(self, in_features: int, hidden_features: int, out_features: int, bias: bool = True,
                  activation: Module | None = None, comm: Any = None, algorithm: str = "ring", check: bool = True,
-                 dtype: Any = None, dense: tuple[Linear, Linear] | None = None):
+                 dtype: Any = None, dense: tuple[Any, Any] | None = None):
         super().__init__()
         from minidl.nn.activation import ReLU
 
