@@ -177,6 +177,21 @@ def test_returned_loss_is_the_mini_batch_mean():
     assert simulate_f64(3, run) == [None, None, pytest.approx(want, rel=1e-12)]
 
 
+def test_eval_step_is_the_forward_loss_and_leaves_no_gradients():
+    (x, y), = make_batches(1)
+    want = float(F.cross_entropy(make_model()(x), y).data)
+
+    def run(comm):
+        stage = split_sequential(make_model(), comm.Get_size(), comm.Get_rank())
+        pipe = Pipeline(stage, F.cross_entropy, "1f1b", 4, comm)
+        loss = pipe.eval_step(x, y)
+        return loss, [p.grad for p in stage.parameters()], pipe.peak_stashed, len(pipe.events)
+
+    res = simulate_f64(3, run)
+    assert res[2][0] == pytest.approx(want, rel=1e-12) and res[0][0] is None
+    assert all(g is None for r in res for g in r[1]) and all(r[2:] == (0, 4) for r in res)
+
+
 @pytest.mark.parametrize("sched", SCHEDULES)
 def test_dp_by_pp_equals_single_process(sched):
     """2 pipelines x 2 stages: each replica trains on half of every global batch."""

@@ -179,10 +179,19 @@ class Pipeline:
         stages may pass None. Parameter gradients are *added* to ``.grad`` (zero them before, step the
         optimizer after). Returns the mean loss over the mini-batch on the last stage, else None.
         """
+        return self._run(self.ops, inputs, targets, "train_step")
+
+    def eval_step(self, inputs: Any = None, targets: Any = None) -> float | None:
+        """The mini-batch's mean loss (last stage; None elsewhere) from forwards only, under ``no_grad``:
+        nothing is stashed and no gradient moves."""
+        with minidl.no_grad():
+            return self._run([(FORWARD, i) for i in range(self.micro_batches)], inputs, targets, "eval_step")
+
+    def _run(self, ops: list[tuple[str, int]], inputs: Any, targets: Any, what: str) -> float | None:
         if self.is_first and inputs is None:
-            raise ValueError("Pipeline.train_step: the first stage needs the inputs")
+            raise ValueError(f"Pipeline.{what}: the first stage needs the inputs")
         if self.is_last and targets is None:
-            raise ValueError("Pipeline.train_step: the last stage needs the targets")
+            raise ValueError(f"Pipeline.{what}: the last stage needs the targets")
         xs = self._split(inputs, "inputs") if self.is_first else None
         ys = self._split(targets, "targets") if self.is_last else None
         total = sum(y.shape[self.batch_axis] for y in ys) if ys else 0
@@ -192,12 +201,13 @@ class Pipeline:
         self.events, self.peak_stashed, loss_sum = [], 0, 0.0
         self.comm.Barrier()  # every stage's clock starts together
         t0 = time.perf_counter()
-        for kind, i in self.ops:
+        for kind, i in ops:
             if kind == FORWARD:
                 if self.is_first:  # data: float inputs as a Tensor, integer ids (an Embedding's) as they are
                     x = minidl.tensor(xs[i]) if xs[i].dtype.kind == "f" else xs[i]
                 else:
-                    x = minidl.tensor(recv_activation(self.comm, prev, 2 * i), requires_grad=True)
+                    x = recv_activation(self.comm, prev, 2 * i)
+                    x = minidl.tensor(x, requires_grad=minidl.is_grad_enabled() and x.dtype.kind == "f")
                 start = time.perf_counter()
                 out = self.module(x)
                 if self.is_last:
@@ -207,8 +217,9 @@ class Pipeline:
                 end = time.perf_counter()
                 if not self.is_last:
                     pending += isend_activation(self.comm, out.data, nxt, 2 * i)
-                stash[i] = (x if isinstance(x, Tensor) else None, out)
-                self.peak_stashed = max(self.peak_stashed, len(stash))
+                if minidl.is_grad_enabled():  # kept for the backward
+                    stash[i] = (x if isinstance(x, Tensor) else None, out)
+                    self.peak_stashed = max(self.peak_stashed, len(stash))
             else:
                 x, out = stash.pop(i)  # freed after this backward
                 grad = None
