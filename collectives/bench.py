@@ -42,15 +42,18 @@ def human(nbytes: int) -> str:
 def time_calls(comm, calls: dict, repeats: int) -> tuple[dict, dict]:
     """Median over repeats of the slowest rank's time (seconds) for each call, and each call's last result.
 
-    The calls take turns within every repeat, so that load from other processes (this is a shared
-    machine) falls on all of them alike and their ratios stay meaningful.
+    The calls take turns within every repeat, in an order shuffled per repeat (the same on every
+    rank), so that load from other processes (this is a shared machine) and whatever one call leaves
+    behind for the next fall on all of them alike, and their ratios stay meaningful.
     """
     from mpi4py import MPI
 
     results = {name: call() for name, call in calls.items()}  # warm up: allocations, first touch, connections
     times = np.empty((len(calls), repeats))
+    funcs = list(calls.values())
     for i in range(repeats):
-        for j, call in enumerate(calls.values()):
+        for j in np.random.default_rng(i).permutation(len(funcs)):
+            call = funcs[j]
             comm.Barrier()
             t0 = time.perf_counter()
             call()
