@@ -15,8 +15,10 @@ with p ranks, n bytes, L = ceil(log2 p), p' the largest power of two <= p, d = [
     rabenseifner         2 log2 p' + 2d   2 (p' - 1) / p' + 2d      (p' - 1) / p' + d
 
 ``calibrate(comm)`` measures alpha and beta by exchanges of short and long messages among all ranks
-(a ping-pong both ways when p = 2) and gamma by a local ``np.add``, and gives every rank the slowest
-rank's numbers, so that "auto" picks the same algorithm everywhere.
+(a ping-pong both ways when p = 2; alpha also counts the algorithms' own Python work per round) and
+gamma by a local ``np.add``, and gives every rank the slowest rank's numbers, so that "auto" picks
+the same algorithm everywhere. What the model leaves out is a constant per call (argument checks,
+allocation, the agreement check: some microseconds), which matters only for the shortest messages.
 The model also says how many messages each rank sends and how many bytes cross the wire in
 total; the tests hold the simulator's message record to these numbers.
 """
@@ -45,8 +47,9 @@ class CostParams:
 
 
 # Measured by calibrate() on the 2-core development machine (MPICH 5 shared memory, mpi4py 4.1, p = 2,
-# other work running): alpha 2.5-8 us, beta 0.2-0.4 ns/B (3-5 GB/s out of cache), gamma 0.06-0.15 ns/B.
-DEFAULT = CostParams(alpha=2.5e-6, beta=3e-10, gamma=7e-11)
+# other work running): alpha 5 us (2.5 us of it the exchange), beta 0.2-0.4 ns/B (3-5 GB/s out of cache),
+# gamma 0.06-0.15 ns/B.
+DEFAULT = CostParams(alpha=5e-6, beta=3e-10, gamma=7e-11)
 _params = DEFAULT
 
 
@@ -177,21 +180,35 @@ def _reduction_time(nbytes: int, repeats: int) -> float:
     return float(np.median(times)) / nbytes
 
 
+def _round_time(comm: Any, repeats: int) -> float:
+    """Seconds per round of a ring allreduce of 8 bytes (2 (p - 1) rounds): a message plus the Python around it."""
+    from collectives.ring import allreduce
+
+    x = np.zeros(2, dtype=np.float32)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        allreduce(comm, x, check=False)
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times)) / (2 * (comm.Get_size() - 1))
+
+
 def calibrate(comm: Any, large: int = 1 << 24, repeats: int = 10, apply: bool = True) -> CostParams:
     """Measure alpha, beta (exchanges of 8 and ``large`` bytes) and gamma (np.add); every rank gets the same.
 
-    alpha is the time of an 8-byte exchange step, beta the extra time per byte of a ``large`` one,
-    gamma the time per byte of np.add on ``large`` bytes: past the caches, as the long messages
-    these two matter for are. Every rank measures, and all take the slowest rank's numbers (a max-allreduce),
-    so "auto" chooses alike everywhere. A collective call: every rank of ``comm`` must call it. With
-    ``apply``, "auto" uses the result from now on.
+    alpha is the time of an 8-byte exchange step or, if larger, of one round of a short ring
+    allreduce (the algorithms' own Python work per round counts as latency too); beta is the extra
+    time per byte of a ``large`` exchange, gamma the time per byte of np.add on ``large`` bytes:
+    past the caches, as the long messages these two matter for are. Every rank measures, and all
+    take the slowest rank's numbers (a max-allreduce), so "auto" chooses alike everywhere. A
+    collective call: every rank of ``comm`` must call it. With ``apply``, "auto" uses the result.
     """
     from collectives.tree import allreduce
 
     values = DEFAULT.as_array()
     if comm.Get_size() >= 2:
         alpha = _exchange_time(comm, 8, repeats * 10)
-        values[0] = alpha
+        values[0] = max(alpha, _round_time(comm, repeats * 10))
         values[1] = max(_exchange_time(comm, large, repeats, batch=3, buffers=3) - alpha, 0.0) / large
     values[2] = _reduction_time(large, repeats)
     params = CostParams(*map(float, allreduce(comm, values, op="max", check=False)))
