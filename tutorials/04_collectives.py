@@ -217,7 +217,7 @@ for algorithm in collectives.ALGORITHMS:
 # does the same from the model: it predicts every algorithm's time for this p and size and takes the
 # fastest. `collectives.choose_algorithm(p, nbytes)` shows the choice. The parameters are built-in
 # values measured on a 2-core development machine, or whatever `cost.calibrate(comm)` measures
-# (ping-pong for alpha and beta, a local `np.add` for gamma).
+# (exchanges of short and long messages for alpha and beta, a local `np.add` for gamma).
 
 # %%
 params = cost.get_params()
@@ -279,8 +279,10 @@ else:
 
 # %% [markdown]
 # The bench's own predictions used the parameters it calibrated at start-up. Where the model is
-# off, the reason is usually visible: Python's own overhead per call (a few microseconds) is in
-# alpha only on average, large vectors fall out of cache, and other processes share the cores.
+# off, the reason is usually visible: for the shortest messages, a constant per call that the
+# model leaves out (checking the arguments, allocating the result, the agreement check: a few
+# microseconds of Python); for long ones, memory traffic beyond one pass per byte; and on a shared
+# machine, the other processes on the same cores.
 
 # %%
 if plt is not None and rows:
