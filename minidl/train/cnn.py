@@ -161,14 +161,7 @@ def describe(task: Task, result: dict[str, Any]) -> str:
     return f"accuracy {100 * result['accuracy']:.2f}% | loss {result['loss']:.4f}"
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    ctx = common.setup(args)
-    return common.guarded(ctx, lambda: _train(ctx, args))
-
-
-def _train(ctx: Context, args: argparse.Namespace) -> dict[str, Any]:
-    preset = args.preset or ("quick" if common.quick_requested(args) else "demo")
-    cfg = common.apply_overrides(PRESETS[preset], args, OVERRIDES)
+def train(ctx: Context, args: argparse.Namespace, preset: str, cfg: CNNConfig) -> dict[str, Any]:
     task = load_task(args, cfg)
     dtype = minidl.get_default_dtype()
     n_train = task.x_train.shape[0]
@@ -266,15 +259,10 @@ def _train(ctx: Context, args: argparse.Namespace) -> dict[str, Any]:
     history["test"].append((sampler.epoch + (sampler.position > 0), result["accuracy"]))
     result.update(preset=preset, steps=step, history=history, seconds=elapsed, images_per_s=speed.overall(),
                   ranks=ctx.size, multilabel=task.multilabel, params=common.snapshot(model))
-    ranks = f" on {ctx.size} ranks" if ctx.size > 1 else ""
-    ctx.log(f"test {describe(task, result)} | {step} steps in {common.format_duration(elapsed)}{ranks}, "
-            f"{speed.format(result['images_per_s'] / ctx.size)}")
-    if isinstance(opt, dist.DistributedOptimizer) and opt.timings.steps:
-        ctx.log(f"step time, {opt.timings.summary()}")
-    if args.save:
-        ctx.log(f"checkpoint: {args.save}")
+    common.print_footer(ctx, opt, args, f"test {describe(task, result)}", step, elapsed, speed)
     return result
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    return run(build_parser().parse_args(argv))
+    """Parse ``argv`` (the flags after ``lm``/``cnn``), train, and return the run's numbers and final parameters."""
+    return common.run_program(build_parser().parse_args(argv), train, PRESETS, OVERRIDES)

@@ -45,8 +45,9 @@ def positive_float(text: str) -> float:
     return value
 
 
-def add_common_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags every program takes: length of the run, checkpoints, numerics, and data parallelism."""
+def add_common_arguments(parser: argparse.ArgumentParser, modes: Sequence[str] = ("none", "data")) -> None:
+    """Flags every program takes: length of the run, checkpoints, numerics, and parallelism (``modes``:
+    the values of ``--parallel`` the program supports; "data" is handled here, others by the program)."""
     run = parser.add_argument_group("run")
     run.add_argument("--epochs", type=positive_int, help="epochs to train (default: the preset's)")
     run.add_argument("--max-steps", type=positive_int,
@@ -61,8 +62,9 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--quick", action="store_true", help="tiny data and model: finishes in seconds (tests)")
 
     par = parser.add_argument_group("data parallelism (run under mpiexec -n P)")
-    par.add_argument("--parallel", choices=("none", "data"), default="none",
-                     help="'data': average gradients over the MPI ranks (Horovod-style)")
+    par.add_argument("--parallel", choices=tuple(modes), default="none",
+                     help="'data': average gradients over the MPI ranks (Horovod-style)"
+                     + ("; 'pipeline': layer pipelining (see minidl/train/pipeline.py)" if "pipeline" in modes else ""))
     par.add_argument("--allreduce", choices=dist.ALGORITHMS, default="ring", help="allreduce algorithm (default ring)")
     par.add_argument("--fusion-mb", type=float, default=64.0,
                      help="tensor fusion: gradient MiB packed per allreduce (0: one per parameter)")
@@ -98,13 +100,24 @@ class SingleProcess:
 
 @dataclass
 class Context:
-    """Where this process stands: its communicator, rank and size, and how gradients are averaged."""
+    """Where this process stands: its communicator, rank and size, the ``--parallel`` mode, and the
+    allreduce algorithm."""
 
     comm: Any
     rank: int = 0
     size: int = 1
-    parallel: bool = False
+    mode: str = "none"
     algorithm: str = "ring"
+
+    @property
+    def parallel(self) -> bool:
+        """Data parallel: replicas of the whole model, gradients averaged (what this module sets up)."""
+        return self.mode == "data"
+
+    @property
+    def distributed(self) -> bool:
+        """Any MPI job (data or pipeline parallel): a failure on one rank must abort them all."""
+        return self.mode != "none"
 
     @property
     def is_root(self) -> bool:
@@ -122,12 +135,12 @@ class Context:
 
 
 def setup(args: argparse.Namespace) -> Context:
-    """Seed, set the dtype and, for ``--parallel data``, join the MPI job."""
+    """Seed, set the dtype and, for ``--parallel data`` (or another parallel mode), join the MPI job."""
     minidl.manual_seed(args.seed)
     minidl.set_default_dtype(np.float64 if args.dtype == "float64" else np.float32)
-    if args.parallel == "data":
+    if args.parallel != "none":
         comm = dist.init()
-        return Context(comm, comm.Get_rank(), comm.Get_size(), True, args.allreduce)
+        return Context(comm, comm.Get_rank(), comm.Get_size(), args.parallel, args.allreduce)
     return Context(SingleProcess())
 
 
@@ -163,9 +176,16 @@ def set_lr(opt: Optimizer, lr: float) -> None:
         group["lr"] = lr
 
 
-def guarded(ctx: Context, main: Callable[[], Any]) -> Any:
-    """Run ``main``; in a parallel run an exception on any rank prints with its rank and aborts the job."""
-    return dist.run(main, comm=ctx.comm) if ctx.parallel else main()
+def run_program(args: argparse.Namespace, train: Callable[..., dict[str, Any]], presets: dict[str, Any],
+                overrides: dict[str, str]) -> dict[str, Any]:
+    """Set up (seed, dtype, ranks), pick the preset (``demo``, or ``quick`` with --quick), apply the flags that
+    override its fields, and call ``train(ctx, args, preset_name, config)``. In a parallel run an exception
+    on any rank prints with its rank and aborts the job (``dist.run``) instead of leaving the others waiting."""
+    ctx = setup(args)
+    preset = args.preset or ("quick" if quick_requested(args) else "demo")
+    config = apply_overrides(presets[preset], args, overrides)
+    main = lambda: train(ctx, args, preset, config)
+    return dist.run(main, comm=ctx.comm) if ctx.distributed else main()
 
 
 # ----------------------------------------------------------------------------- checkpoints
@@ -282,6 +302,18 @@ def restart_clocks(opt: Optimizer, throughput: Throughput) -> None:
     throughput.resume()
     if isinstance(opt, dist.DistributedOptimizer):
         opt.timings.restart()
+
+
+def print_footer(ctx: Context, opt: Optimizer, args: argparse.Namespace, score: str, steps: int, seconds: float,
+                 speed: Throughput) -> None:
+    """The final line (``score``, steps, time, throughput), then for a parallel run the mean compute / wait /
+    communication split of a step, and where the checkpoint is."""
+    ranks = f" on {ctx.size} ranks" if ctx.size > 1 else ""
+    ctx.log(f"{score} | {steps} steps in {format_duration(seconds)}{ranks}, {speed.format(speed.overall() / ctx.size)}")
+    if isinstance(opt, dist.DistributedOptimizer) and opt.timings.steps:
+        ctx.log(f"step time, {opt.timings.summary()}")
+    if args.save:
+        ctx.log(f"checkpoint: {args.save}")
 
 
 def print_header(ctx: Context, title: str, lines: Sequence[str]) -> None:

@@ -101,14 +101,7 @@ def evaluate(ctx: Context, model: LSTMLanguageModel, ids: np.ndarray, batch_size
     return total / words
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    ctx = common.setup(args)
-    return common.guarded(ctx, lambda: _train(ctx, args))
-
-
-def _train(ctx: Context, args: argparse.Namespace) -> dict[str, Any]:
-    preset = args.preset or ("quick" if common.quick_requested(args) else "demo")
-    cfg = common.apply_overrides(PRESETS[preset], args, OVERRIDES)
+def train(ctx: Context, args: argparse.Namespace, preset: str, cfg: LMConfig) -> dict[str, Any]:
     corpus = load_corpus(args, preset)
     B, T = cfg.batch_size, cfg.num_steps
     train_data = batchify(corpus.train, B, ctx.rank, ctx.size)  # [time, B]: this rank's streams
@@ -202,8 +195,7 @@ def _train(ctx: Context, args: argparse.Namespace) -> dict[str, Any]:
     test_loss = evaluate(ctx, model, corpus.test, args.eval_batch_size, T)
     result: dict[str, Any] = {"preset": preset, "steps": step, "epoch": epoch, "test_ppl": float(np.exp(test_loss)),
                               "valid_ppl": valid_ppl, "seconds": elapsed, "words_per_s": speed.overall(),
-                              "ranks": ctx.size, "history": history,
-                              "params": common.snapshot(model)}
+                              "ranks": ctx.size, "history": history, "params": common.snapshot(model)}
     line = f"test perplexity {result['test_ppl']:.2f}"
     if corpus.model is not None:
         result["optimal_ppl"] = corpus.optimal_perplexity("test")
@@ -211,15 +203,10 @@ def _train(ctx: Context, args: argparse.Namespace) -> dict[str, Any]:
         result["gap"] = result["test_ppl"] / result["optimal_ppl"] - 1.0
         line += (f" | corpus optimum {result['optimal_ppl']:.2f} (gap {100 * result['gap']:+.1f}%)"
                  f" | unigram {result['unigram_ppl']:.1f}")
-    ranks = f" on {ctx.size} ranks" if ctx.size > 1 else ""
-    ctx.log(f"{line} | {step} steps in {common.format_duration(elapsed)}{ranks}, "
-            f"{speed.format(result['words_per_s'] / ctx.size)}")
-    if isinstance(opt, common.dist.DistributedOptimizer) and opt.timings.steps:
-        ctx.log(f"step time, {opt.timings.summary()}")
-    if args.save:
-        ctx.log(f"checkpoint: {args.save}")
+    common.print_footer(ctx, opt, args, line, step, elapsed, speed)
     return result
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    return run(build_parser().parse_args(argv))
+    """Parse ``argv`` (the flags after ``lm``/``cnn``), train, and return the run's numbers and final parameters."""
+    return common.run_program(build_parser().parse_args(argv), train, PRESETS, OVERRIDES)
