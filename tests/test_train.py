@@ -3,6 +3,8 @@ exactly, they read real files, and they say what is wrong with bad arguments."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -162,6 +164,20 @@ def test_dispatch_usage(capsys):
     assert train_main([]) == 2
     assert "usage" in capsys.readouterr().err
     assert train_main(["--help"]) == 0
+
+
+MPIEXEC = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
+
+
+@pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not found")
+def test_parallel_failure_aborts_the_job(tmp_path):
+    """An error under --parallel data prints with its rank and ends the MPI job (MPI_Abort), never a hang."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "minidl.train", "lm", "--parallel", "data",
+                           "--data", str(tmp_path / "missing")], capture_output=True, text=True, timeout=90, env=env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert "of 2] aborting the job" in out and "PTB directory not found" in out, out
 
 
 def test_python_dash_m_runs():
