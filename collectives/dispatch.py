@@ -33,19 +33,21 @@ def choose_algorithm(p: int, nbytes: int, params: CostParams | None = None) -> t
     return name, dict(times)
 
 
-_auto_cache: dict = {"params": None}
+_memo: tuple[CostParams | None, dict] = (None, {})  # (parameters, {(p, nbytes): algorithm})
 
 
 def _auto(p: int, nbytes: int) -> str:
     """choose_algorithm's answer for the current parameters, remembered (it costs as much as a short allreduce)."""
+    global _memo
     params = get_params()
-    if _auto_cache["params"] is not params:
-        _auto_cache.clear()
-        _auto_cache["params"] = params
-    key = (p, nbytes)
-    if key not in _auto_cache:
-        _auto_cache[key] = _choose(p, nbytes, params)[0]
-    return _auto_cache[key]
+    memo_params, memo = _memo
+    if memo_params is not params:  # new parameters (set_params, calibrate): forget the old answers
+        memo = {}
+        _memo = (params, memo)
+    choice = memo.get((p, nbytes))
+    if choice is None:
+        choice = memo[(p, nbytes)] = _choose(p, nbytes, params)[0]
+    return choice
 
 
 @functools.lru_cache(maxsize=1024)
