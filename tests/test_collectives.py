@@ -9,7 +9,7 @@ from hypothesis.extra.numpy import array_shapes
 
 import collectives
 from collectives import cost
-from collectives.common import TAG_CHECK, block_bounds
+from collectives.common import TAG_ALLGATHER, TAG_CHECK, TAG_EXCHANGE, TAG_REDUCE_SCATTER, block_bounds
 from collectives.simulated import traffic
 from collectives.testing import SUPPORTED_KINDS, rank_data
 
@@ -184,6 +184,21 @@ def test_choose_algorithm_is_the_cheapest_prediction():
     assert collectives.choose_algorithm(4, 8, params)[0] == "recursive_doubling"  # latency-bound
     assert collectives.choose_algorithm(8, 1 << 26, params)[0] == "rabenseifner"  # bandwidth-bound
     assert collectives.choose_algorithm(3, 1 << 26, params)[0] == "ring"  # the fold costs 2 n beta
+
+
+def test_auto_runs_the_algorithm_the_current_parameters_choose():
+    before = cost.get_params()
+    used = {}
+    try:
+        regimes = [("latency", cost.CostParams(1.0, 1e-12, 1e-12)), ("bandwidth", cost.CostParams(0, 1e-9, 1e-9))]
+        for name, params in regimes:
+            cost.set_params(params)
+            res = collectives.simulate(4, lambda comm: collectives.allreduce(comm, np.ones(1000), check=False))
+            used[name] = {m.tag for m in res.messages}
+    finally:
+        cost.set_params(before)
+    assert used["latency"] == {TAG_EXCHANGE}  # recursive doubling: the fewest rounds
+    assert used["bandwidth"] == {TAG_REDUCE_SCATTER, TAG_ALLGATHER}  # Rabenseifner: the fewest bytes
 
 
 def test_cost_model_formulas():
