@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from collectives.check import agree, agree_with_root
-from collectives.common import TAG_GATHER, TAG_SCATTER, waitall
+from collectives.common import TAG_BCAST, TAG_GATHER, TAG_SCATTER, waitall
 
 
 def allreduce(comm: Any, x: Any, op: str = "sum", check: bool = True) -> np.ndarray:
@@ -35,11 +35,11 @@ def allreduce(comm: Any, x: Any, op: str = "sum", check: bool = True) -> np.ndar
         for src in range(1, p):  # in rank order: acc = ((x0 op x1) op x2) ...
             comm.Recv(tmp, src, TAG_GATHER)
             f(x if src == 1 else acc, tmp, out=acc)
-        for dest in range(1, p):
-            comm.Send(acc, dest, TAG_SCATTER)
+        for dest in range(1, p):  # a linear broadcast
+            comm.Send(acc, dest, TAG_BCAST)
     else:
         comm.Send(x, 0, TAG_GATHER)
-        comm.Recv(acc, 0, TAG_SCATTER)
+        comm.Recv(acc, 0, TAG_BCAST)
     return acc.reshape(shape)
 
 
