@@ -30,26 +30,37 @@ import numpy as np
 
 from minidl.distributed.allreduce import allreduce, check_algorithm
 from minidl.distributed.context import get_comm
+from minidl.nn.module import Module
 from minidl.optim.optimizer import Optimizer
 from minidl.tensor import Tensor
 
 
 def average_parameters(params: Iterable[Tensor], comm: Any = None, algorithm: str = "ring") -> None:
     """Replace every parameter by its mean over the ranks, in place: one allreduce per dtype."""
+    average_arrays([p.data for p in params], comm, algorithm)
+
+
+def average_buffers(module: Module, comm: Any = None, algorithm: str = "ring") -> None:
+    """Average a module's floating-point buffers over the ranks (batch norm's running statistics)."""
+    average_arrays([b for _, b in module.named_buffers() if b is not None and b.dtype.kind == "f"], comm, algorithm)
+
+
+def average_arrays(arrays: Iterable[np.ndarray], comm: Any = None, algorithm: str = "ring") -> None:
+    """Replace each array by its mean over the ranks, in place: the arrays of one dtype go in one allreduce."""
     comm = get_comm(comm)
     size = comm.Get_size()
     if size == 1:
         return
-    by_dtype: dict[np.dtype, list[Tensor]] = {}
-    for p in params:
-        by_dtype.setdefault(p.data.dtype, []).append(p)
+    by_dtype: dict[np.dtype, list[np.ndarray]] = {}
+    for a in arrays:
+        by_dtype.setdefault(a.dtype, []).append(a)
     for group in by_dtype.values():
-        flat = np.concatenate([p.data.reshape(-1) for p in group])
+        flat = np.concatenate([a.reshape(-1) for a in group])
         mean = allreduce(comm, flat, algorithm, "sum") * (1.0 / size)
         start = 0
-        for p in group:
-            p.data[...] = mean[start : start + p.data.size].reshape(p.data.shape)
-            start += p.data.size
+        for a in group:
+            a[...] = mean[start : start + a.size].reshape(a.shape)
+            start += a.size
 
 
 class LocalSGD:
@@ -104,4 +115,4 @@ class LocalSGD:
         return f"{head}\nwrapping {self.optimizer!r}"
 
 
-__all__ = ["LocalSGD", "average_parameters"]
+__all__ = ["LocalSGD", "average_arrays", "average_buffers", "average_parameters"]

@@ -274,11 +274,12 @@ class ParameterServer:
         num_servers: S; servers are ranks 0..S-1 and workers S..P-1.
         asynchronous: apply each gradient on arrival (Downpour) instead of averaging all W per step.
         staleness_bound: asynchronous only: refuse gradients more than this many updates old.
+        after_update: called with the new version after every optimizer step (e.g. an LR scheduler's step).
     """
 
     def __init__(self, model: Module | Iterable[Tensor], make_optimizer: Callable[[list[Tensor]], Optimizer],
                  comm: Any = None, num_servers: int = 1, asynchronous: bool = False,
-                 staleness_bound: int | None = None):
+                 staleness_bound: int | None = None, after_update: Callable[[int], Any] | None = None):
         self.comm = get_comm(comm)
         size, rank = self.comm.Get_size(), self.comm.Get_rank()
         check_roles(size, num_servers)
@@ -294,6 +295,7 @@ class ParameterServer:
         self.staleness_bound = staleness_bound
         self.mode = SYNC if not asynchronous else (ASYNC if staleness_bound is None else ASYNC_BOUNDED)
         self.version = 0  # updates applied so far (synchronous: averaged steps)
+        self.after_update = after_update
         self.stats = ServerStats(rank, MODE_NAMES[self.mode], len(self.workers))
         self._inbox = Message(self.shard.dtype, self.shard.numel)
         self._outbox = Message(self.shard.dtype, self.shard.numel)
@@ -333,6 +335,8 @@ class ParameterServer:
         for p in self.shard.params:
             p.grad = None
         self.version += 1
+        if self.after_update is not None:
+            self.after_update(self.version)
 
     # -- the loop
     def serve(self) -> ServerStats:
