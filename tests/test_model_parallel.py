@@ -388,3 +388,30 @@ def test_eval_forward_under_no_grad_sends_no_gradients():
     res = collectives.simulate(3, fn)
     assert res[2] == (12, model.vocab_size)
     assert len(res.messages) == 2 * 2  # header + activation at each of two boundaries, nothing back
+
+
+def test_lm_stage_places_dropout_where_the_dense_model_does():
+    """On one rank the stage draws the same dropout masks in the same order as the dense model, so
+    training-mode outputs and gradients agree exactly (embedding, between LSTM layers, before the decoder)."""
+    x, y = lm_batches(1)[0]
+
+    def dense():
+        minidl.manual_seed(3)
+        model = LSTMLanguageModel(13, 6, num_layers=3, dropout=0.4, init_scale=0.3)
+        logits, _ = model(x)
+        F.cross_entropy(logits, y.reshape(-1)).backward()
+        return logits.data, {k: p.grad for k, p in model.named_parameters()}
+
+    def split(comm):
+        minidl.manual_seed(3)
+        stage = mp.LMStage(LSTMLanguageModel(13, 6, num_layers=3, dropout=0.4, init_scale=0.3), comm)
+        logits, _ = stage(x)
+        F.cross_entropy(logits, y.reshape(-1)).backward()
+        return logits.data, {k: p.grad for k, p in stage.named_parameters()}
+
+    want_out, want_grads = dense()
+    got_out, got_grads = collectives.simulate(1, split)[0]
+    np.testing.assert_array_equal(got_out, want_out)
+    assert sorted(got_grads) == sorted(want_grads)
+    for k in want_grads:
+        np.testing.assert_array_equal(got_grads[k], want_grads[k], err_msg=k)
