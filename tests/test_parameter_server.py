@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import minidl
 import minidl.distributed as dist
@@ -138,6 +140,17 @@ def test_shards_are_whole_tensors_balanced_and_deterministic():
     assert sorted(id(p) for s in shards for p in s.params) == sorted(id(p) for p in params)
     with pytest.raises(ValueError, match="hold nothing"):
         assign_shards([4, 4], 3)
+
+
+@settings(max_examples=60)
+@given(st.lists(st.integers(1, 1000), min_size=1, max_size=30), st.integers(1, 8))
+def test_greedy_shards_are_within_one_tensor_of_balanced(sizes, servers):
+    servers = min(servers, len(sizes))
+    owner = assign_shards(sizes, servers)
+    loads = np.bincount(owner, weights=sizes, minlength=servers)
+    assert loads.sum() == sum(sizes) and set(owner) <= set(range(servers))
+    # the last tensor placed on the fullest server went to the least loaded one then (LPT scheduling)
+    assert loads.max() - loads.min() <= max(sizes)
 
 
 # ----------------------------------------------------------------------------- asynchronous
