@@ -93,7 +93,7 @@ def train_sequential(comm, steps: int = STEPS, balance=None) -> tuple[dict | Non
     return mp.gather_state_dict(stage, comm=comm), sent
 
 
-def train_lm_dense(layers: int = 2, steps: int = STEPS, max_norm: float = 0.5) -> dict:
+def train_lm_dense(layers: int = 2, steps: int = STEPS, max_norm: float = 0.1) -> dict:
     model = make_lm(layers)
     opt = optim.SGD(model.parameters(), lr=0.7)
     state = None
@@ -106,7 +106,7 @@ def train_lm_dense(layers: int = 2, steps: int = STEPS, max_norm: float = 0.5) -
     return model.state_dict()
 
 
-def train_lm(comm, layers: int = 2, steps: int = STEPS, max_norm: float = 0.5) -> tuple[dict | None, int]:
+def train_lm(comm, layers: int = 2, steps: int = STEPS, max_norm: float = 0.1) -> tuple[dict | None, int]:
     """Truncated BPTT on the split LM with global-norm clipping; (gathered state on rank 0, bytes sent)."""
     counting = p2p.CountingComm(comm)
     stage = mp.LMStage(make_lm(layers), counting)

@@ -1,6 +1,5 @@
-"""``python -m minidl.train lm|cnn --parallel model|tensor`` (and ``python -m minidl.train.model_parallel``)
-under mpiexec takes the same steps as the serial program: the dense parameters it saves equal
-``minidl.train.lm|cnn``'s (float64, 1e-8)."""
+"""``python -m minidl.train lm|cnn --parallel model|tensor`` under mpiexec takes the same steps as the
+serial program: the dense parameters it saves equal ``minidl.train.lm|cnn``'s (float64, 1e-8)."""
 
 from __future__ import annotations
 
@@ -18,11 +17,11 @@ ROOT = Path(__file__).resolve().parents[1]
 MPIEXEC = Path(sys.executable).with_name("mpiexec")
 STEPS = "3"
 COMMON = ["--quick", "--dtype", "float64", "--max-steps", STEPS, "--log-every", "1"]
-RUNS = [  # module, program, mode, ranks, extra flags
-    ("minidl.train", "lm", "model", 3, ["--layers", "1"]),
-    ("minidl.train", "lm", "tensor", 2, []),
-    ("minidl.train", "cnn", "model", 3, []),
-    ("minidl.train.model_parallel", "cnn", "tensor", 2, []),
+RUNS = [  # program, mode, ranks, extra flags
+    ("lm", "model", 3, ["--layers", "1"]),
+    ("lm", "tensor", 2, []),
+    ("cnn", "model", 3, []),
+    ("cnn", "tensor", 2, []),
 ]
 
 pytestmark = pytest.mark.skipif(not MPIEXEC.exists(), reason=f"no mpiexec beside {sys.executable}")
@@ -40,12 +39,11 @@ def serial_params(program: str, extra: list[str]) -> dict[str, np.ndarray]:
         minidl.set_default_dtype(previous)
 
 
-@pytest.mark.parametrize(("module", "program", "mode", "ranks", "extra"), RUNS,
-                         ids=[f"{p}-{m}-{n}" for _, p, m, n, _ in RUNS])
-def test_cli_run_equals_the_serial_program(tmp_path, module, program, mode, ranks, extra):
+@pytest.mark.parametrize(("program", "mode", "ranks", "extra"), RUNS, ids=[f"{p}-{m}-{n}" for p, m, n, _ in RUNS])
+def test_cli_run_equals_the_serial_program(tmp_path, program, mode, ranks, extra):
     path = tmp_path / "params.npz"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    cmd = [str(MPIEXEC), "-n", str(ranks), sys.executable, "-m", module, program,
+    cmd = [str(MPIEXEC), "-n", str(ranks), sys.executable, "-m", "minidl.train", program,
            "--parallel", mode, *COMMON, *extra, "--save", str(path)]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_model_parallel import lm_batches, make_lm, train_lm_dense
 
 import collectives
 import minidl
@@ -20,7 +21,6 @@ from minidl.distributed import model_parallel as mp
 from minidl.distributed import p2p
 from minidl.distributed import tensor_parallel as tp
 from minidl.gradcheck import numerical_grad
-from minidl.models.lm import LSTMLanguageModel
 
 STEPS = 3
 RTOL = 1e-8
@@ -84,32 +84,11 @@ def train_mlp(comm, steps: int = STEPS, gather_head: bool = True) -> tuple[list[
     return gathered, sent
 
 
-def make_lm() -> LSTMLanguageModel:
-    minidl.manual_seed(2)
-    return LSTMLanguageModel(11, 5, num_layers=2, init_scale=0.3)
-
-
-def lm_batches(steps: int = STEPS):
-    rng = np.random.default_rng(8)
-    return [(rng.integers(0, 11, (3, 2)), rng.integers(0, 11, (3, 2))) for _ in range(steps)]
-
-
-def train_lm_dense(steps: int = STEPS, max_norm: float = 0.3) -> dict:
-    model = make_lm()
-    opt = optim.SGD(model.parameters(), lr=0.9)
-    state = None
-    for x, y in lm_batches(steps):
-        logits, state = model(x, None if state is None else model.detach_state(state))
-        opt.zero_grad()
-        F.cross_entropy(logits, y.reshape(-1)).backward()
-        optim.clip_grad_norm(list(model.parameters()), max_norm)
-        opt.step()
-    return model.state_dict()
-
-
-def train_lm(comm, steps: int = STEPS, max_norm: float = 0.3) -> dict:
-    model = tp.TensorParallelLM(make_lm(), comm)
-    opt = optim.SGD(model.parameters(), lr=0.9)
+def train_lm(comm, layers: int = 2, steps: int = STEPS, max_norm: float = 0.1) -> dict:
+    """The LM of tests/test_model_parallel.py with its decoder split by vocabulary (compare with its
+    ``train_lm_dense``): the dense state dict on every rank."""
+    model = tp.TensorParallelLM(make_lm(layers), comm)
+    opt = optim.SGD(model.parameters(), lr=0.7)
     state = None
     for x, y in lm_batches(steps):
         logits, state = model(x, None if state is None else model.detach_state(state))

@@ -100,18 +100,33 @@ def stage_ranges(n: int, parts: int, balance: Sequence[int] | Sequence[float] | 
     return [range(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
 
 
-def _neighbours(comm: Any) -> tuple[int, int, int | None, int | None]:
-    rank, size = comm.Get_rank(), comm.Get_size()
-    return rank, size, (rank - 1 if rank > 0 else None), (rank + 1 if rank < size - 1 else None)
-
-
 def boundary_bytes(activation_shape: Sequence[int], itemsize: int) -> int:
     """Bytes one stage boundary moves per step: the header and activation forward, the gradient back."""
     return HEADER_BYTES + 2 * int(np.prod(activation_shape)) * itemsize
 
 
+class _Stage(Module):
+    """What both splits share: this rank's place in the chain (``boundary``: its two neighbours)."""
+
+    def _join(self, comm: Any, tag: int) -> int:
+        """Set ``comm`` and ``boundary`` (rank r - 1 -> r -> r + 1); returns the number of ranks."""
+        self.comm = get_comm(comm)
+        rank, size = self.comm.Get_rank(), self.comm.Get_size()
+        self.boundary = StageBoundary(self.comm, rank - 1 if rank > 0 else None, rank + 1 if rank < size - 1 else None,
+                                      tag)
+        return size
+
+    @property
+    def is_first(self) -> bool:
+        return self.boundary.prev is None
+
+    @property
+    def is_last(self) -> bool:
+        return self.boundary.next is None
+
+
 # ----------------------------------------------------------------------------- Sequential
-class SequentialStage(Module):
+class SequentialStage(_Stage):
     """This rank's block of an ``nn.Sequential`` split over the ranks of ``comm`` (rank r = stage r).
 
     ``forward(x)``: on rank 0, x is the model's input; on the other ranks x is ignored (pass None) and
@@ -126,23 +141,13 @@ class SequentialStage(Module):
         super().__init__()
         if not isinstance(model, Sequential):
             raise TypeError(f"SequentialStage: expected an nn.Sequential, got {type(model).__name__}")
-        self.comm = get_comm(comm)
-        rank, size, prev, nxt = _neighbours(self.comm)
+        size = self._join(comm, tag)
         layers = list(model)
         costs = [sum(p.data.size for p in m.parameters()) for m in layers]
         self.ranges = stage_ranges(len(layers), size, balance, costs)
-        self.layer_range = self.ranges[rank]
+        self.layer_range = self.ranges[self.comm.Get_rank()]
         for i in self.layer_range:
             self.add_module(str(i), layers[i])
-        self.boundary = StageBoundary(self.comm, prev, nxt, tag)
-
-    @property
-    def is_first(self) -> bool:
-        return self.boundary.prev is None
-
-    @property
-    def is_last(self) -> bool:
-        return self.boundary.next is None
 
     def forward(self, x: Any = None) -> Tensor:
         if self.is_first:
@@ -201,7 +206,7 @@ class LSTMLayers(Module):
         return f"layers {self.lo}..{self.hi - 1} of an LSTM({self.input_size}, {self.hidden_size})"
 
 
-class LMStage(Module):
+class LMStage(_Stage):
     """This rank's block of an ``LSTMLanguageModel`` split over the ranks of ``comm``.
 
     The model is the chain of units [embedding, LSTM layer 0, ..., LSTM layer L-1, decoder]; rank r holds
@@ -218,8 +223,7 @@ class LMStage(Module):
         super().__init__()
         if not isinstance(model, LSTMLanguageModel):
             raise TypeError(f"LMStage: expected an LSTMLanguageModel, got {type(model).__name__}")
-        self.comm = get_comm(comm)
-        rank, size, prev, nxt = _neighbours(self.comm)
+        size = self._join(comm, tag)
         L = model.num_layers
         units = [model.embedding, *[None] * L, model.decoder]
         costs = [model.embedding.weight.data.size, *[sum(p.data.size for p in model.lstm.layer_parameters(k))
@@ -228,7 +232,7 @@ class LMStage(Module):
             raise ValueError(f"LMStage: {size} ranks but the model has only {L + 2} units (embedding, {L} LSTM "
                              f"layers, decoder); use at most {L + 2} ranks or more layers")
         self.ranges = stage_ranges(len(units), size, balance, costs)
-        mine = self.ranges[rank]
+        mine = self.ranges[self.comm.Get_rank()]
         self.hidden_size, self.num_layers_total = model.hidden_size, L
         self.drop = model.drop
         if 0 in mine:
@@ -239,15 +243,6 @@ class LMStage(Module):
             self.lstm = LSTMLayers(model.lstm, lo, hi)
         if L + 1 in mine:
             self.decoder = model.decoder
-        self.boundary = StageBoundary(self.comm, prev, nxt, tag)
-
-    @property
-    def is_first(self) -> bool:
-        return self.boundary.prev is None
-
-    @property
-    def is_last(self) -> bool:
-        return self.boundary.next is None
 
     def init_hidden(self, batch_size: int) -> tuple[Tensor, Tensor] | None:
         """Zero (h, c) for this rank's LSTM layers, [layers here, B, H]; None if it holds none."""

@@ -5,9 +5,8 @@
     mpiexec -n 3 python -m minidl.train cnn --parallel model               # ResNet blocks in 3 stages
     mpiexec -n 2 python -m minidl.train cnn --parallel tensor              # classifier split by class
 
-(``python -m minidl.train.model_parallel lm|cnn --parallel model|tensor ...`` runs the same, with every
-flag of ``python -m minidl.train lm|cnn``.) Entry points: ``train_lm`` / ``train_cnn(ctx, args, preset,
-config)`` inside a program that has set up the ranks, ``run_lm`` / ``run_cnn(args)`` standalone.
+Entry points: ``train_lm`` / ``train_cnn(ctx, args, preset, config)``, called by ``minidl.train.lm`` /
+``.cnn`` for these two modes once ``common.run_program`` has seeded every rank alike and joined the job.
 
 Unlike ``--parallel data``, every rank works on the *same* batch (``--batch-size`` is the whole batch)
 and holds only part of the model, so P ranks take exactly the steps one process takes (the tests
@@ -34,7 +33,6 @@ norm), the number to compare with ``--parallel data``'s gradient allreduce.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from typing import Any
 
@@ -73,20 +71,6 @@ def _algorithm(ctx: Context) -> str:
     """The allreduce of tensor parallelism and of the clipping norm: collectives' own (so that its bytes are
     counted); "mpi" (MPI's Allreduce, which a CountingComm cannot see) falls back to ring."""
     return "ring" if ctx.algorithm == "mpi" else ctx.algorithm
-
-
-def _standalone(args: argparse.Namespace, program: str, presets: dict[str, Any], overrides: dict[str, str],
-                train: Any) -> dict[str, Any]:
-    """Seed (the same on every rank: the same dense model, the same dropout in replicated parts), set the
-    dtype, join the MPI job and train; an exception on any rank aborts the job."""
-    _check_flags(args, program)
-    minidl.manual_seed(args.seed)
-    minidl.set_default_dtype(np.float64 if args.dtype == "float64" else np.float32)
-    comm = dist.init()
-    ctx = Context(comm, comm.Get_rank(), comm.Get_size(), args.parallel, args.allreduce)
-    preset = args.preset or ("quick" if common.quick_requested(args) else "demo")
-    config = common.apply_overrides(presets[preset], args, overrides)
-    return dist.run(lambda: train(ctx, args, preset, config), comm=comm)
 
 
 class Traffic:
@@ -170,13 +154,6 @@ def _lm_evaluate(ctx: Context, split: _LMSplit, ids: np.ndarray, batch_size: int
     split.net.train()
     total, words = ctx.sum([total, words])
     return total / words
-
-
-def run_lm(args: argparse.Namespace) -> dict[str, Any]:
-    """``python -m minidl.train lm --parallel model|tensor`` (``args`` from ``minidl.train.lm.build_parser``)."""
-    from minidl.train import lm
-
-    return _standalone(args, "lm", lm.PRESETS, lm.OVERRIDES, train_lm)
 
 
 def train_lm(ctx: Context, args: argparse.Namespace, preset: str, cfg: Any) -> dict[str, Any]:
@@ -342,13 +319,6 @@ def _cnn_evaluate(ctx: Context, split: _CNNSplit, task: Any, batch_size: int) ->
             "loss": float(totals[-1] / n)}
 
 
-def run_cnn(args: argparse.Namespace) -> dict[str, Any]:
-    """``python -m minidl.train cnn --parallel model|tensor`` (``args`` from ``minidl.train.cnn.build_parser``)."""
-    from minidl.train import cnn
-
-    return _standalone(args, "cnn", cnn.PRESETS, cnn.OVERRIDES, train_cnn)
-
-
 def train_cnn(ctx: Context, args: argparse.Namespace, preset: str, cfg: Any) -> dict[str, Any]:
     """Train the ResNet split over ``ctx``'s ranks (``args.parallel``: "model" or "tensor"); returns the run's
     numbers, with the dense model's parameters on rank 0."""
@@ -424,36 +394,3 @@ def train_cnn(ctx: Context, args: argparse.Namespace, preset: str, cfg: Any) -> 
     _report_traffic(ctx, per_rank)
     _save(ctx, args, params_state, step)
     return result
-
-
-# ----------------------------------------------------------------------------- command line
-def build_parser(program: str) -> argparse.ArgumentParser:
-    """``program``'s parser (``minidl.train.lm`` or ``.cnn``), "model" and "tensor" among ``--parallel``'s choices."""
-    if program == "lm":
-        from minidl.train.lm import build_parser as build
-    elif program == "cnn":
-        from minidl.train.cnn import build_parser as build
-    else:
-        raise SystemExit(f"usage: python -m minidl.train.model_parallel {{lm,cnn}} --parallel {{model,tensor}} ...; "
-                         f"got {program!r}")
-    parser = build(argparse.ArgumentParser(prog=f"python -m minidl.train.model_parallel {program}",
-                                           description=__doc__.split("\n")[0]))
-    for action in parser._actions:
-        if action.dest == "parallel":
-            action.choices = tuple(dict.fromkeys([*(action.choices or ()), *MODES]))
-            action.default = "model"
-    return parser
-
-
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    argv = sys.argv[1:] if argv is None else argv
-    program = argv[0] if argv else ""
-    args = build_parser(program).parse_args(argv[1:])
-    if args.parallel not in MODES:
-        raise SystemExit(f"python -m minidl.train.model_parallel runs --parallel model or tensor; for "
-                         f"{args.parallel!r} use python -m minidl.train {program}")
-    return (run_lm if program == "lm" else run_cnn)(args)
-
-
-if __name__ == "__main__":
-    main()

@@ -12,13 +12,13 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the serial tests' helpers
 
+from test_model_parallel import train_lm_dense  # noqa: E402
 from test_tensor_parallel import (  # noqa: E402
     STEPS,
     assert_close,
     make_mlp_block,
     mlp_batches,
     train_lm,
-    train_lm_dense,
     train_mlp,
     train_mlp_dense,
 )
