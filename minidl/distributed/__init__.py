@@ -75,6 +75,7 @@ Model parallelism (p2p.py):
     ``gather_state_dict(stage)``, ``clip_grad_norm_split``, ``partition``.
     tensor_parallel.py (Megatron): ``ColumnParallelLinear``, ``RowParallelLinear``, ``ParallelMLP``,
     ``copy_to_parallel_region`` (f) / ``reduce_from_parallel_region`` (g), ``vocab_parallel_cross_entropy``,
+    ``TensorParallelLM`` (the LM's decoder and softmax split by vocabulary),
     ``shard_linear`` / ``gather_linear``.
 Pipelining (pipeline.py, pipeline_schedule.py; tutorial 06):
     ``Pipeline(stage_module, loss_fn, schedule="gpipe"|"1f1b", micro_batches=m, comm=...)``:
@@ -141,6 +142,7 @@ from minidl.distributed.tensor_parallel import (
     ColumnParallelLinear,
     ParallelMLP,
     RowParallelLinear,
+    TensorParallelLM,
     copy_to_parallel_region,
     gather_linear,
     reduce_from_parallel_region,
@@ -159,7 +161,8 @@ __all__ = [
     "shard_batch", "shutdown", "size",
     "CountingComm", "StageBoundary", "recv", "recv_meta", "send", "send_meta",
     "LMStage", "SequentialStage", "clip_grad_norm_split", "gather_state_dict", "partition",
-    "ColumnParallelLinear", "ParallelMLP", "RowParallelLinear", "copy_to_parallel_region", "gather_linear",
+    "ColumnParallelLinear", "ParallelMLP", "RowParallelLinear", "TensorParallelLM", "copy_to_parallel_region",
+    "gather_linear",
     "reduce_from_parallel_region", "shard_linear", "vocab_parallel_cross_entropy",
 ]
 __all__ += [  # parameter server, local SGD, traffic counting
