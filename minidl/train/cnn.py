@@ -85,7 +85,10 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     model.add_argument("--weight-decay", type=float)
     model.add_argument("--sync-bn", action="store_true", help="batch statistics over all ranks (SyncBatchNorm)")
     model.add_argument("--eval-batch-size", type=common.positive_int, default=250)
-    common.add_common_arguments(parser, modes=("none", "data", "model", "tensor"))
+    common.add_common_arguments(parser, modes=("none", "data", "model", "tensor", "ps", "local-sgd"))
+    from minidl.train.schemes import add_arguments as add_scheme_arguments  # (schemes imports this module)
+
+    add_scheme_arguments(parser)
     return parser
 
 
@@ -164,6 +167,10 @@ def describe(task: Task, result: dict[str, Any]) -> str:
 def train(ctx: Context, args: argparse.Namespace, preset: str, cfg: CNNConfig) -> dict[str, Any]:
     if ctx.mode in ("model", "tensor"):  # one model split over the ranks: minidl/train/model_parallel.py
         from minidl.train.model_parallel import train_cnn
+
+        return train_cnn(ctx, args, preset, cfg)
+    if ctx.mode in ("ps", "local-sgd"):  # parameter server or local SGD: minidl/train/schemes.py
+        from minidl.train.schemes import train_cnn
 
         return train_cnn(ctx, args, preset, cfg)
     task = load_task(args, cfg)

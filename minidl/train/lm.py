@@ -73,7 +73,10 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     model.add_argument("--dropout", type=float)
     model.add_argument("--eval-batch-size", type=common.positive_int, default=10,
                        help="streams per rank when evaluating (default 10)")
-    common.add_common_arguments(parser, modes=("none", "data", "model", "tensor"))
+    common.add_common_arguments(parser, modes=("none", "data", "model", "tensor", "ps", "local-sgd"))
+    from minidl.train.schemes import add_arguments as add_scheme_arguments  # (schemes imports this module)
+
+    add_scheme_arguments(parser)
     return parser
 
 
@@ -104,6 +107,10 @@ def evaluate(ctx: Context, model: LSTMLanguageModel, ids: np.ndarray, batch_size
 def train(ctx: Context, args: argparse.Namespace, preset: str, cfg: LMConfig) -> dict[str, Any]:
     if ctx.mode in ("model", "tensor"):  # one model split over the ranks: minidl/train/model_parallel.py
         from minidl.train.model_parallel import train_lm
+
+        return train_lm(ctx, args, preset, cfg)
+    if ctx.mode in ("ps", "local-sgd"):  # parameter server or local SGD: minidl/train/schemes.py
+        from minidl.train.schemes import train_lm
 
         return train_lm(ctx, args, preset, cfg)
     corpus = load_corpus(args, preset)

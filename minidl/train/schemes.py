@@ -1,14 +1,13 @@
 """``--parallel ps`` and ``--parallel local-sgd`` for ``python -m minidl.train lm|cnn``: other data-parallel schemes.
 
-    mpiexec -n 3 python -m minidl.train.schemes cnn --parallel ps                        # 1 server, 2 workers, sync
-    mpiexec -n 3 python -m minidl.train.schemes cnn --parallel ps --async --staleness-bound 4
-    mpiexec -n 5 python -m minidl.train.schemes cnn --parallel ps --servers 2            # parameters sharded over 2
-    mpiexec -n 4 python -m minidl.train.schemes cnn --parallel local-sgd --average-every 4
-    mpiexec -n 3 python -m minidl.train.schemes lm --parallel ps --async              # the LSTM LM likewise
+    mpiexec -n 3 python -m minidl.train cnn --parallel ps                        # 1 server, 2 workers, sync
+    mpiexec -n 3 python -m minidl.train cnn --parallel ps --async --staleness-bound 4
+    mpiexec -n 5 python -m minidl.train cnn --parallel ps --servers 2            # parameters sharded over 2
+    mpiexec -n 4 python -m minidl.train cnn --parallel local-sgd --average-every 4
+    mpiexec -n 3 python -m minidl.train lm --parallel ps --async                 # the LSTM LM likewise
 
-(``python -m minidl.train.schemes lm|cnn ...`` takes every flag of ``python -m minidl.train lm|cnn`` too.
-Entry points: ``train_lm`` / ``train_cnn(ctx, args, preset, config)`` inside a program that has set up
-the ranks, ``run(program, args)`` standalone.)
+``minidl.train.lm`` and ``.cnn`` call ``train_lm`` / ``train_cnn(ctx, args, preset, config)`` for these
+modes, and ``add_arguments(parser)`` adds their flags to both programs' parsers.
 
 - **ps** (``minidl.distributed.parameter_server``): ranks 0..S-1 hold the parameters and SGD (with the
   preset's warmup + cosine schedule, stepped per update on the server); ranks S..P-1 are workers, each
@@ -29,7 +28,6 @@ per step, counted on the wire (``TrafficComm``). Not supported here: ``--resume`
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -64,9 +62,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="local-sgd: average the parameters every k steps (default 4)")
 
 
-def _check_flags(args: argparse.Namespace) -> None:
+def check_flags(args: argparse.Namespace) -> None:
     if args.parallel not in MODES:
-        raise SystemExit(f"minidl.train.schemes runs --parallel ps|local-sgd, not {args.parallel!r}")
+        raise SystemExit(f"minidl.train.schemes trains --parallel ps|local-sgd, not {args.parallel!r}")
     unsupported = [flag for flag, on in (("--resume", args.resume), ("--save", args.save),
                                          ("--compression", args.compression != "none"),
                                          ("--sync-bn", getattr(args, "sync_bn", False))) if on]
@@ -81,6 +79,7 @@ class Scheme:
     the end of the run (close / average, collect the parameters) and the final report (bytes, staleness)."""
 
     def __init__(self, ctx: Context, args: argparse.Namespace):
+        check_flags(args)
         self.ctx, self.args = ctx, args
         self.ps = args.parallel == "ps"
         self.servers = args.servers if self.ps else 0
@@ -324,50 +323,3 @@ def train_lm(ctx: Context, args: argparse.Namespace, preset: str, cfg: Any) -> d
             f"{words_per_s:,.0f} words/s")
     scheme.report(result)
     return result
-
-
-def build_parser(program: str) -> argparse.ArgumentParser:
-    """``minidl.train.lm``'s or ``.cnn``'s parser with "ps" and "local-sgd" among ``--parallel``'s choices,
-    and their flags."""
-    if program == "lm":
-        from minidl.train.lm import build_parser as build
-    elif program == "cnn":
-        build = cnn.build_parser
-    else:
-        raise SystemExit(f"usage: python -m minidl.train.schemes {{lm,cnn}} --parallel {{ps,local-sgd}} ...; "
-                         f"got {program!r}")
-    parser = build(argparse.ArgumentParser(prog=f"python -m minidl.train.schemes {program}",
-                                           description=__doc__.split("\n")[0]))
-    for action in parser._actions:
-        if action.dest == "parallel":
-            action.choices = tuple(dict.fromkeys([*(action.choices or ()), *MODES]))
-            action.default = "ps"
-    add_arguments(parser)
-    return parser
-
-
-def run(program: str, args: argparse.Namespace) -> dict[str, Any]:
-    """Standalone: seed, dtype, join the MPI job, train; an exception on any rank aborts the job."""
-    _check_flags(args)
-    minidl.set_default_dtype(np.float64 if args.dtype == "float64" else np.float32)
-    comm = dist.init()
-    ctx = Context(comm, comm.Get_rank(), comm.Get_size(), args.parallel, args.allreduce)
-    preset = args.preset or ("quick" if common.quick_requested(args) else "demo")
-    if program == "lm":
-        from minidl.train import lm
-
-        presets, overrides, train = lm.PRESETS, lm.OVERRIDES, train_lm
-    else:
-        presets, overrides, train = cnn.PRESETS, cnn.OVERRIDES, train_cnn
-    config = common.apply_overrides(presets[preset], args, overrides)
-    return dist.run(lambda: train(ctx, args, preset, config), comm=comm)
-
-
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    argv = sys.argv[1:] if argv is None else argv
-    program = argv[0] if argv else ""
-    return run(program, build_parser(program).parse_args(argv[1:]))
-
-
-if __name__ == "__main__":
-    main()
