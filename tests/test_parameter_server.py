@@ -258,6 +258,8 @@ def test_errors_are_clear():
         if comm.Get_rank() == 1:
             with pytest.raises(ValueError, match="needs asynchronous"):
                 dist.PSWorker(make_model(), comm, fetch_every=2)
+            with pytest.raises(ValueError, match="staleness_bound needs asynchronous"):
+                dist.PSWorker(make_model(), comm, staleness_bound=1)
         else:
             with pytest.raises(ValueError, match="needs asynchronous"):
                 dist.ParameterServer(make_model(), OPTIMIZERS["sgd"], comm, staleness_bound=2)

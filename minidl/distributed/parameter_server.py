@@ -117,6 +117,13 @@ def assign_shards(sizes: Sequence[int], num_servers: int) -> list[int]:
     return owner
 
 
+def _check_bound(staleness_bound: int | None, asynchronous: bool) -> None:
+    if staleness_bound is not None and (not asynchronous or int(staleness_bound) != staleness_bound
+                                        or staleness_bound < 0):
+        raise ValueError("staleness_bound needs asynchronous=True and must be an integer >= 0, "
+                         f"got {staleness_bound!r} with asynchronous={asynchronous}")
+
+
 def _param_list(model_or_params: Module | Iterable[Tensor]) -> list[Tensor]:
     params = list(model_or_params.parameters() if isinstance(model_or_params, Module) else model_or_params)
     if not params:
@@ -285,9 +292,7 @@ class ParameterServer:
         check_roles(size, num_servers)
         if rank >= num_servers:
             raise ValueError(f"ParameterServer on rank {rank}: servers are ranks 0..{num_servers - 1}")
-        if staleness_bound is not None and (not asynchronous or staleness_bound < 0):
-            raise ValueError("staleness_bound needs asynchronous=True and must be >= 0, "
-                             f"got {staleness_bound!r} with asynchronous={asynchronous}")
+        _check_bound(staleness_bound, asynchronous)
         self.shard = shards_of(_param_list(model), num_servers)[rank]
         self.optimizer = make_optimizer(self.shard.params)
         self.workers = list(range(num_servers, size))
@@ -435,6 +440,7 @@ class PSWorker:
             raise ValueError(f"fetch_every must be an integer >= 1, got {fetch_every!r}")
         if not asynchronous and fetch_every != 1:
             raise ValueError("fetch_every > 1 needs asynchronous=True (a synchronous worker pulls every step)")
+        _check_bound(staleness_bound, asynchronous)
         self.params = _param_list(model)
         self.shards = shards_of(self.params, num_servers)
         self.asynchronous = asynchronous
