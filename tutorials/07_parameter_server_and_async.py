@@ -280,9 +280,10 @@ if RANK == 0:
 #
 # - **bytes per step** are exact. The server moves W times what a worker moves; allreduce ranks all move
 #   about 4(P-1)/P x model; local SGD moves that divided by k.
-# - **loss against steps**: the synchronous schemes (allreduce, PS sync) take identical steps (section 1);
-#   local SGD follows closely; asynchronous PS applies W small updates per round instead of one averaged
-#   one, so it moves further per step, noisily, and with stale gradients.
+# - **loss against steps**: with as many workers, allreduce and the synchronous PS take identical steps
+#   (section 1); here the PS has one worker fewer, so a smaller global batch. Local SGD follows allreduce
+#   closely; asynchronous PS applies W small updates per round instead of one averaged one, so it moves
+#   further per step, noisily, and with stale gradients.
 # - **loss against time** is where the schemes differ on a real cluster: asynchronous workers never wait
 #   for a straggler; local SGD spends 1/k of the communication; the parameter server saturates the server's
 #   link as workers are added.
