@@ -1,6 +1,6 @@
 """The pipelined language-model program under mpiexec: the same parameters as the serial program.
 
-``mpiexec -n P python -m minidl.train.pipeline`` (a subprocess, with a timeout) trains a few steps in
+``mpiexec -n P python -m minidl.train lm --parallel pipeline`` (a subprocess, with a timeout) trains a few steps in
 float64 and saves the dense parameters; ``python -m minidl.train lm`` (in process) trains the same steps
 on one process. 3 stages with 1F1B, and a 2 x 2 dp x pp grid with GPipe (2 pipelines of 5 streams =
 the serial run's 10).
@@ -24,8 +24,8 @@ COMMON = ["--quick", "--dtype", "float64", "--max-steps", "3"]
 
 def run_pipelined(nprocs, flags, path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    cmd = [str(MPIEXEC), "-n", str(nprocs), sys.executable, "-m", "minidl.train.pipeline", *COMMON, *flags,
-           "--save", str(path)]
+    cmd = [str(MPIEXEC), "-n", str(nprocs), sys.executable, "-m", "minidl.train", "lm", "--parallel", "pipeline",
+           *COMMON, *flags, "--save", str(path)]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout, minidl.load(str(path))

@@ -45,6 +45,16 @@ def positive_float(text: str) -> float:
     return value
 
 
+PARALLEL_HELP = {
+    "data": "'data': average gradients over the ranks (Horovod-style)",
+    "model": "'model': consecutive layers on consecutive ranks (minidl/distributed/model_parallel.py)",
+    "tensor": "'tensor': Megatron-style split of the output layer (minidl/distributed/tensor_parallel.py)",
+    "pipeline": "'pipeline': layer pipelining over micro-batches, GPipe or 1F1B (minidl/train/pipeline.py)",
+    "ps": "'ps': parameter server, sync or --async (minidl/distributed/parameter_server.py)",
+    "local-sgd": "'local-sgd': average the parameters every k steps (minidl/distributed/local_sgd.py)",
+}
+
+
 def add_common_arguments(parser: argparse.ArgumentParser, modes: Sequence[str] = ("none", "data")) -> None:
     """Flags every program takes: length of the run, checkpoints, numerics, and parallelism (``modes``:
     the values of ``--parallel`` the program supports; "data" is handled here, others by the program)."""
@@ -61,10 +71,9 @@ def add_common_arguments(parser: argparse.ArgumentParser, modes: Sequence[str] =
     run.add_argument("--resume", metavar="PATH", help="continue exactly from a checkpoint written by --save")
     run.add_argument("--quick", action="store_true", help="tiny data and model: finishes in seconds (tests)")
 
-    par = parser.add_argument_group("data parallelism (run under mpiexec -n P)")
+    par = parser.add_argument_group("parallelism (run under mpiexec -n P)")
     par.add_argument("--parallel", choices=tuple(modes), default="none",
-                     help="'data': average gradients over the MPI ranks (Horovod-style)"
-                     + ("; 'pipeline': layer pipelining (see minidl/train/pipeline.py)" if "pipeline" in modes else ""))
+                     help="; ".join(PARALLEL_HELP[m] for m in modes if m in PARALLEL_HELP))
     par.add_argument("--allreduce", choices=dist.ALGORITHMS, default="ring", help="allreduce algorithm (default ring)")
     par.add_argument("--fusion-mb", type=float, default=64.0,
                      help="tensor fusion: gradient MiB packed per allreduce (0: one per parameter)")

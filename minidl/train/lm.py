@@ -73,9 +73,12 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     model.add_argument("--dropout", type=float)
     model.add_argument("--eval-batch-size", type=common.positive_int, default=10,
                        help="streams per rank when evaluating (default 10)")
-    common.add_common_arguments(parser, modes=("none", "data", "model", "tensor", "ps", "local-sgd"))
-    from minidl.train.schemes import add_arguments as add_scheme_arguments  # (schemes imports this module)
+    common.add_common_arguments(parser, modes=("none", "data", "model", "tensor", "pipeline", "ps", "local-sgd"))
+    # (these modules import this one, hence the late imports)
+    from minidl.train.pipeline import add_arguments as add_pipeline_arguments
+    from minidl.train.schemes import add_arguments as add_scheme_arguments
 
+    add_pipeline_arguments(parser)
     add_scheme_arguments(parser)
     return parser
 
@@ -114,6 +117,12 @@ def train(ctx: Context, args: argparse.Namespace, preset: str, cfg: LMConfig) ->
 
         return train_lm(ctx, args, preset, cfg)
     corpus = load_corpus(args, preset)
+    if ctx.mode == "pipeline":  # layer pipelining, GPipe or 1F1B: minidl/train/pipeline.py
+        from minidl.train.pipeline import run_lm
+
+        if args.resume:
+            raise ValueError("--resume is not supported with --parallel pipeline")
+        return run_lm(args, ctx, cfg, corpus, preset)
     B, T = cfg.batch_size, cfg.num_steps
     train_data = batchify(corpus.train, B, ctx.rank, ctx.size)  # [time, B]: this rank's streams
     steps_per_epoch = num_bptt_batches(train_data.shape[0], T)

@@ -24,6 +24,7 @@ the most micro-batches whose activations a stage held. ``--save`` writes the den
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from typing import Any
 
@@ -40,7 +41,7 @@ from minidl.distributed.pipeline_schedule import SCHEDULES, bubble_formula, bubb
 from minidl.models.lm import LSTMLanguageModel
 from minidl.nn.module import Module
 from minidl.tensor import Tensor
-from minidl.train import common, lm
+from minidl.train import lm
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -203,21 +204,8 @@ def run_lm(args: argparse.Namespace, ctx: Any, cfg: Any, corpus: Any, preset: st
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """``python -m minidl.train.pipeline [lm flags] [--schedule ...] [--micro-batches M] [--pipeline-stages PP]``."""
-    parser = lm.build_parser(argparse.ArgumentParser(prog="mpiexec -n P python -m minidl.train.pipeline",
-                                                     description=__doc__.split("\n")[0]))
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    if args.resume:
-        parser.error("--resume is not supported with pipelining")
-    args.parallel = "pipeline"
-    minidl.manual_seed(args.seed)
-    minidl.set_default_dtype(np.float64 if args.dtype == "float64" else np.float32)
-    comm = dist.init()
-    ctx = common.Context(comm, comm.Get_rank(), comm.Get_size(), True, args.allreduce)
-    preset = args.preset or ("quick" if common.quick_requested(args) else "demo")
-    cfg = common.apply_overrides(lm.PRESETS[preset], args, lm.OVERRIDES)
-    return dist.run(lambda: run_lm(args, ctx, cfg, lm.load_corpus(args, preset), preset), comm=comm)
+    """``python -m minidl.train.pipeline [flags]`` is ``python -m minidl.train lm --parallel pipeline [flags]``."""
+    return lm.main(["--parallel", "pipeline", *(argv if argv is not None else sys.argv[1:])])
 
 
 if __name__ == "__main__":
