@@ -60,8 +60,13 @@ tutorials: install
 demo: install
 	$(MPIEXEC) -n $(NP) $(BIN)/python -m minidl.train lm --parallel data --allreduce ring --preset demo
 
+# Speed and scaling, each printed beside its comparison (PyTorch CPU needs `make torch`; without it the
+# framework benchmarks print minidl alone).
 bench: install
-	@set -e; for f in benchmarks/*.py; do echo "== $$f"; $(BIN)/python $$f; done
+	@set -e; for f in lstm_lm cnn cross_entropy data; do echo "== benchmarks/$$f.py"; $(BIN)/python benchmarks/$$f.py; done
+	@echo "== collectives.bench (mpiexec -n $(NP))"; $(MPIEXEC) -n $(NP) $(BIN)/python -m collectives.bench
+	@echo "== benchmarks/scaling.py"; $(BIN)/python benchmarks/scaling.py
+	@echo "== benchmarks/parallel_schemes.py (mpiexec -n 3)"; $(MPIEXEC) -n 3 $(BIN)/python benchmarks/parallel_schemes.py
 
 lint: install
 	$(BIN)/ruff check .
