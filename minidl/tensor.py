@@ -30,6 +30,7 @@ import numpy as np
 
 _default_dtype: np.dtype = np.dtype(np.float32)
 
+
 class _GradMode(threading.local):
     """Whether ops record the graph. Per thread: simulated MPI ranks are threads of one process,
     and one rank's ``no_grad()`` must not switch off recording in another."""
