@@ -42,6 +42,18 @@ class Fold:
         """The lowest old rank new rank ``newrank`` stands for (2i for a folded pair)."""
         return 2 * newrank if newrank < self.rem else newrank + self.rem
 
+    @functools.cached_property
+    def doubling_steps(self) -> list[tuple[int, slice, slice]]:
+        """Per recursive-doubling step (distance 1, 2, 4, ...): the peer's old rank, and the old ranks
+        that this rank's group and the peer's group stand for (computed once: Fold objects are cached)."""
+        steps, mask = [], 1
+        while self.newrank >= 0 and mask < self.pof2:
+            partner = self.newrank ^ mask
+            steps.append((self.rank_of(partner), self.ranks_of_group(self.newrank, mask),
+                          self.ranks_of_group(partner, mask)))
+            mask <<= 1
+        return steps
+
     def ranks_of_group(self, newrank: int, size: int) -> slice:
         """The old ranks standing for the aligned group of ``size`` new ranks that contains ``newrank``."""
         start = newrank - newrank % size

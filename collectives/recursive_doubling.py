@@ -49,10 +49,11 @@ class _Link:
     message follows and how long it is.
     """
 
-    def __init__(self, comm: Any, mine: bytes):
+    def __init__(self, comm: Any, mine: bytes, x: np.ndarray):
         self.comm, self.rank, self.mine = comm, comm.Get_rank(), mine
         self.rows = [b""] * comm.Get_size()
         self.rows[self.rank] = mine
+        self.dtype, self.nbytes = x.dtype, x.nbytes  # what a peer with the same header sends
 
     def send(self, peer: int, data: np.ndarray, rows: slice, tag: int) -> None:
         self.comm.Send(self._packet(rows, data), peer, tag)
@@ -79,13 +80,13 @@ class _Link:
                 second: np.ndarray | None) -> np.ndarray | None:
         for i, r in enumerate(range(rows.start, rows.stop)):
             self.rows[r] = room[i * ROW:(i + 1) * ROW].tobytes()
-        nbytes = int.from_bytes(self.rows[peer][8:16], "little")  # word 1 of a header: the data size
         same = self.rows[peer] == self.mine
+        nbytes = self.nbytes if same else int.from_bytes(self.rows[peer][8:16], "little")  # header word 1
         if nbytes <= INLINE:
             if second is not None:
                 self.comm.Send(second, peer, tag)
             head = (rows.stop - rows.start) * ROW
-            return room[head:head + nbytes].view(into.dtype) if same else None
+            return room[head:head + nbytes].view(self.dtype) if same else None
         target = into if same else np.empty(nbytes, np.uint8)
         if second is not None:
             self.comm.Sendrecv(second, peer, tag, target, peer, tag)
@@ -95,7 +96,7 @@ class _Link:
 
     def check(self) -> None:
         """After the last step every rank holds every header: raise the same MismatchError everywhere if any differ."""
-        if any(row != self.mine for row in self.rows):
+        if self.rows.count(self.mine) != len(self.rows):
             raise_mismatch(np.frombuffer(b"".join(self.rows), "<i8").reshape(len(self.rows), -1),
                            "ranks disagree on their arrays")
 
@@ -103,7 +104,7 @@ class _Link:
 class _Plain:
     """The same transfers without the check (check=False, or p == 1)."""
 
-    def __init__(self, comm: Any):
+    def __init__(self, comm: Any, mine: None, x: np.ndarray):
         self.comm = comm
 
     def send(self, peer: int, data: np.ndarray, rows: slice, tag: int) -> None:
@@ -111,6 +112,11 @@ class _Plain:
 
     def recv(self, peer: int, into: np.ndarray, rows: slice, tag: int) -> np.ndarray:
         self.comm.Recv(into, peer, tag)
+        return into
+
+    def exchange(self, peer: int, data: np.ndarray, into: np.ndarray, ours: slice, theirs: slice,
+                 tag: int) -> np.ndarray:
+        self.comm.Sendrecv(data, peer, tag, into, peer, tag)
         return into
 
     def check(self) -> None:
@@ -122,7 +128,7 @@ def allreduce(comm: Any, x: Any, op: str = "sum", check: bool = True) -> np.ndar
     rank, p = comm.Get_rank(), comm.Get_size()
     x = as_native_array(x)
     checked = check and p > 1
-    link = _Link(comm, header_bytes(x.shape, x.dtype, str(op), NAME)) if checked else _Plain(comm)
+    head = header_bytes(x.shape, x.dtype, str(op), NAME) if checked else None
     shape = x.shape
     x = x.reshape(-1)
     try:
@@ -133,6 +139,7 @@ def allreduce(comm: Any, x: Any, op: str = "sum", check: bool = True) -> np.ndar
         if not checked:
             raise error
         x = np.zeros(x.nbytes, np.uint8)  # still take part, so that every rank learns every header
+    link = (_Link if checked else _Plain)(comm, head, x)
     fold = fold_of(rank, p)
     acc = np.empty_like(x)
     mine = x  # the partial result: x until the first combination writes acc
@@ -144,17 +151,10 @@ def allreduce(comm: Any, x: Any, op: str = "sum", check: bool = True) -> np.ndar
             f(theirs, x, out=acc)  # lower rank first
             mine = acc
     if fold.newrank >= 0:
-        tmp, other = np.empty_like(x), None
-        mask = 1
-        while mask < fold.pof2:
-            partner = fold.newrank ^ mask
-            peer = fold.rank_of(partner)
-            if not checked:
-                comm.Sendrecv(mine, peer, TAG_EXCHANGE, tmp, peer, TAG_EXCHANGE)
-                theirs = tmp
-            else:
-                ours, group = fold.ranks_of_group(fold.newrank, mask), fold.ranks_of_group(partner, mask)
-                theirs = link.exchange(peer, mine, tmp, ours, group, TAG_EXCHANGE)
+        tmp = np.empty_like(x) if not checked or x.nbytes > INLINE else None  # short data arrives in the message
+        other = None
+        for peer, ours, group in fold.doubling_steps:
+            theirs = link.exchange(peer, mine, tmp, ours, group, TAG_EXCHANGE)
             if theirs is not None and f is not None:
                 # Both partners compute f(lower, upper) into a buffer that is neither operand, so both run
                 # the same NumPy loop (an output aliasing one input may take another path, and complex
@@ -166,7 +166,6 @@ def allreduce(comm: Any, x: Any, op: str = "sum", check: bool = True) -> np.ndar
                     out = acc
                 combine(f, mine, theirs, out=out, theirs_is_lower=peer < rank)
                 acc = mine = out
-            mask <<= 1
     if fold.extra and fold.newrank < 0:  # fold out: 2i+1 hands the result (and all headers) back
         theirs = link.recv(rank + 1, acc, slice(0, p), TAG_FOLD)
         if theirs is not None and theirs is not acc:
