@@ -23,22 +23,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
-import subprocess
 import sys
-import time
 
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ[_var] = "1"  # before NumPy / torch load their BLAS
-
-import numpy as np  # noqa: E402
+import numpy as np
+from harness import peak_rss_mb, spawn, time_steps  # sets the BLAS thread counts; import NumPy after it
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-
-
-def _peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 
 def _batches(batch: int, n: int, image: int) -> tuple[np.ndarray, np.ndarray]:
@@ -57,26 +48,22 @@ def _minidl_model(depth: int):
 
 
 def _timed(step, warmup: int, steps: int, profile: bool = False) -> tuple[float, float]:
-    """Run warmup then timed steps; return (median seconds per step, last loss)."""
-    for i in range(warmup):
-        step(i)
-    prof = None
-    if profile:
+    """Median wall-clock seconds per timed step after ``warmup`` steps, and the last loss; with ``profile``,
+    a cProfile of the timed steps goes to stderr."""
+    if not profile:
+        times, loss = time_steps(step, warmup, steps)
+    else:
         import cProfile
-
-        prof = cProfile.Profile()
-        prof.enable()
-    times = []
-    for i in range(warmup, warmup + steps):
-        t0 = time.perf_counter()
-        loss = step(i)
-        times.append(time.perf_counter() - t0)
-    if prof is not None:
         import pstats
 
+        for i in range(warmup):
+            step(i)
+        prof = cProfile.Profile()
+        prof.enable()
+        times, loss = time_steps(lambda i: step(warmup + i), 0, steps)
         prof.disable()
         pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(25)
-    return float(np.median(times)), loss
+    return float(np.median([wall for wall, _ in times])), loss
 
 
 def run_minidl(args) -> float:
@@ -124,20 +111,13 @@ def run_torch(args) -> float:
 def _child(args) -> None:
     step_s, loss = (run_minidl if args.child == "minidl" else run_torch)(args)
     print(json.dumps({"impl": args.child, "images_per_s": args.batch / step_s, "ms_per_step": 1e3 * step_s,
-                      "loss": loss, "peak_rss_mb": _peak_rss_mb()}))
+                      "loss": loss, "peak_rss_mb": peak_rss_mb()}))
 
 
 def _spawn(impl: str, args) -> dict | None:
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", impl, "--batch", str(args.batch),
-           "--steps", str(args.steps), "--warmup", str(args.warmup), "--depth", str(args.depth),
-           "--image", str(args.image)] + (["--profile"] if args.profile else [])
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.stderr:
-        sys.stderr.write(proc.stderr)
-    if proc.returncode != 0:
-        print(f"{impl}: failed (exit {proc.returncode})", file=sys.stderr)
-        return None
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return spawn(__file__, ["--child", impl, "--batch", str(args.batch), "--steps", str(args.steps),
+                            "--warmup", str(args.warmup), "--depth", str(args.depth), "--image", str(args.image)]
+                 + (["--profile"] if args.profile else []))
 
 
 def main() -> None:

@@ -39,5 +39,13 @@ def _restore_default_dtype():
 
 
 @pytest.fixture
+def float64():
+    """Default dtype float64 for the test (exactness and gradient checks); restored afterwards."""
+    import minidl
+
+    minidl.set_default_dtype(np.float64)
+
+
+@pytest.fixture
 def rng():
     return np.random.default_rng(0)

@@ -136,9 +136,7 @@ def assert_replicas_identical(states: list[dict]) -> None:
 
 
 # ----------------------------------------------------------------------------- the tests
-@pytest.fixture(autouse=True)
-def float64():
-    minidl.set_default_dtype(np.float64)
+pytestmark = pytest.mark.usefixtures("float64")  # exactness is checked in float64
 
 
 @pytest.mark.parametrize("kind", sorted(MODELS))

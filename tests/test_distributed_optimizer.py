@@ -29,10 +29,7 @@ from test_distributed_equivalence import (  # noqa: E402
 
 from collectives.common import TAG_CHECK  # noqa: E402  (the agreement check's messages)
 
-
-@pytest.fixture(autouse=True)
-def float64():
-    minidl.set_default_dtype(np.float64)
+pytestmark = pytest.mark.usefixtures("float64")  # exactness is checked in float64
 
 
 def _cnn_step(model, opt, x, y, idx):

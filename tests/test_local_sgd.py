@@ -6,11 +6,9 @@ tests/mpi/test_parameter_server_mpi.py runs the k = 1 equivalence under mpiexec.
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from test_parameter_server import B, assert_same_state, heldout_loss, loss_on, make_model, single_process, worker_batch
 
-import minidl
 import minidl.distributed as dist
 from minidl import optim
 
@@ -19,9 +17,7 @@ collectives = pytest.importorskip("collectives")
 STEPS = 4
 
 
-@pytest.fixture(autouse=True)
-def float64():
-    minidl.set_default_dtype(np.float64)
+pytestmark = pytest.mark.usefixtures("float64")  # exactness is checked in float64
 
 
 def run_local_sgd(comm, k: int, steps: int = STEPS, lr: float = 0.2, b: int = B, gradient_averaging: bool = False):

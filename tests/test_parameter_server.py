@@ -29,9 +29,7 @@ OPTIMIZERS = {
 }
 
 
-@pytest.fixture(autouse=True)
-def float64():
-    minidl.set_default_dtype(np.float64)
+pytestmark = pytest.mark.usefixtures("float64")  # exactness is checked in float64
 
 
 # ----------------------------------------------------------------------------- shared helpers (also tests/mpi)

@@ -85,9 +85,7 @@ def assert_matches(got: dict[str, np.ndarray], want: dict[str, np.ndarray], what
         np.testing.assert_allclose(v, want[k], rtol=1e-8, atol=1e-12, err_msg=f"{what}{k}")
 
 
-@pytest.fixture(autouse=True)
-def float64():
-    minidl.set_default_dtype(np.float64)
+pytestmark = pytest.mark.usefixtures("float64")  # exactness is checked in float64
 
 
 def simulate_f64(p, fn, *args):

@@ -26,9 +26,7 @@ STEPS = 3
 RTOL = 1e-8
 
 
-@pytest.fixture(autouse=True)
-def float64():
-    minidl.set_default_dtype(np.float64)
+pytestmark = pytest.mark.usefixtures("float64")  # exactness is checked in float64
 
 
 def assert_close(got, want, rtol: float = RTOL, what: str = "") -> None:

@@ -165,14 +165,9 @@ def describe(task: Task, result: dict[str, Any]) -> str:
 
 
 def train(ctx: Context, args: argparse.Namespace, preset: str, cfg: CNNConfig) -> dict[str, Any]:
-    if ctx.mode in ("model", "tensor"):  # one model split over the ranks: minidl/train/model_parallel.py
-        from minidl.train.model_parallel import train_cnn
-
-        return train_cnn(ctx, args, preset, cfg)
-    if ctx.mode in ("ps", "local-sgd"):  # parameter server or local SGD: minidl/train/schemes.py
-        from minidl.train.schemes import train_cnn
-
-        return train_cnn(ctx, args, preset, cfg)
+    program = common.split_program(ctx.mode, "cnn")  # model, tensor, ps, local-sgd
+    if program is not None:
+        return program(ctx, args, preset, cfg)
     task = load_task(args, cfg)
     dtype = minidl.get_default_dtype()
     n_train = task.x_train.shape[0]

@@ -55,6 +55,18 @@ PARALLEL_HELP = {
 }
 
 
+def split_program(mode: str, kind: str) -> Callable[..., dict[str, Any]] | None:
+    """The training function of a ``--parallel`` mode that runs its own program (``kind``: "lm" or "cnn"),
+    or None where ``lm.train``/``cnn.train`` run it themselves (none, data, pipeline)."""
+    if mode in ("model", "tensor"):  # one model split over the ranks
+        from minidl.train import model_parallel as program
+    elif mode in ("ps", "local-sgd"):  # parameter server or local SGD
+        from minidl.train import schemes as program
+    else:
+        return None
+    return getattr(program, f"train_{kind}")
+
+
 def add_common_arguments(parser: argparse.ArgumentParser, modes: Sequence[str] = ("none", "data")) -> None:
     """Flags every program takes: length of the run, checkpoints, numerics, and parallelism (``modes``:
     the values of ``--parallel`` the program supports; "data" is handled here, others by the program)."""

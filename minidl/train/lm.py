@@ -108,14 +108,9 @@ def evaluate(ctx: Context, model: LSTMLanguageModel, ids: np.ndarray, batch_size
 
 
 def train(ctx: Context, args: argparse.Namespace, preset: str, cfg: LMConfig) -> dict[str, Any]:
-    if ctx.mode in ("model", "tensor"):  # one model split over the ranks: minidl/train/model_parallel.py
-        from minidl.train.model_parallel import train_lm
-
-        return train_lm(ctx, args, preset, cfg)
-    if ctx.mode in ("ps", "local-sgd"):  # parameter server or local SGD: minidl/train/schemes.py
-        from minidl.train.schemes import train_lm
-
-        return train_lm(ctx, args, preset, cfg)
+    program = common.split_program(ctx.mode, "lm")  # model, tensor, ps, local-sgd
+    if program is not None:
+        return program(ctx, args, preset, cfg)
     corpus = load_corpus(args, preset)
     if ctx.mode == "pipeline":  # layer pipelining, GPipe or 1F1B: minidl/train/pipeline.py
         from minidl.train.pipeline import run_lm

@@ -19,9 +19,7 @@ from minidl.random import default_generator
 VOCAB, HIDDEN, BATCH, BPTT, STEPS = 17, 8, 2, 5, 4
 
 
-@pytest.fixture(autouse=True)
-def float64():
-    minidl.set_default_dtype(np.float64)
+pytestmark = pytest.mark.usefixtures("float64")  # exactness is checked in float64
 
 
 def run(comm, ckpt, steps, resume=False, save_at=None):

@@ -5,15 +5,9 @@ checks its own replica. float64, 1e-8 relative, for the LSTM LM, the CNN and the
 SyncBatchNorm, with every allreduce algorithm and MPI's own.
 """
 
-import sys
-from pathlib import Path
 
-import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the serial tests' helpers
-
-from test_distributed_equivalence import (  # noqa: E402
+from test_distributed_equivalence import (
     MODELS,
     STEPS,
     assert_same_state,
@@ -21,15 +15,12 @@ from test_distributed_equivalence import (  # noqa: E402
     train,
 )
 
-import minidl  # noqa: E402
-import minidl.distributed as dist  # noqa: E402
+import minidl.distributed as dist
 
 ALGORITHMS = ["ring", "tree", "naive", "recursive_doubling", "rabenseifner", "auto", "mpi"]
 
 
-@pytest.fixture(autouse=True)
-def float64():
-    minidl.set_default_dtype(np.float64)
+pytestmark = pytest.mark.usefixtures("float64")  # exactness is checked in float64
 
 
 @pytest.mark.parametrize("kind", sorted(MODELS))

@@ -4,15 +4,9 @@ Every rank also trains the dense model itself (tiny), so rank 0 compares the gat
 The scenarios are the serial tests' (tests/test_model_parallel.py), run on MPI.COMM_WORLD.
 """
 
-import sys
-from pathlib import Path
 
-import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the serial tests' helpers
-
-from test_model_parallel import (  # noqa: E402
+from test_model_parallel import (
     assert_same_state,
     make_mlp,
     mlp_batches,
@@ -22,13 +16,9 @@ from test_model_parallel import (  # noqa: E402
     train_sequential_dense,
 )
 
-import minidl  # noqa: E402
-from minidl.distributed import model_parallel as mp  # noqa: E402
+from minidl.distributed import model_parallel as mp
 
-
-@pytest.fixture(autouse=True)
-def float64():
-    minidl.set_default_dtype(np.float64)
+pytestmark = pytest.mark.usefixtures("float64")  # exactness is checked in float64
 
 
 def test_split_sequential_equals_one_process(comm):

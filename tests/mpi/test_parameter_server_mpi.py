@@ -5,16 +5,10 @@ reference itself); asynchronous PS converges with its staleness recorded and bou
 k = 1 = gradient averaging. The helpers are the serial tests' (tests/test_parameter_server.py).
 """
 
-import sys
-from pathlib import Path
 
-import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the serial tests' helpers
-
-from test_local_sgd import run_local_sgd  # noqa: E402
-from test_parameter_server import (  # noqa: E402
+from test_local_sgd import run_local_sgd
+from test_parameter_server import (
     STEPS,
     assert_same_state,
     heldout_loss,
@@ -23,12 +17,7 @@ from test_parameter_server import (  # noqa: E402
     single_process,
 )
 
-import minidl  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def float64():
-    minidl.set_default_dtype(np.float64)
+pytestmark = pytest.mark.usefixtures("float64")  # exactness is checked in float64
 
 
 @pytest.mark.parametrize("S", [1, 2])

@@ -5,15 +5,9 @@ weights; at size 4 the ranks also form a 2 x 2 dp x pp grid. Every rank computes
 reference itself (the model is tiny) and checks its own stage. float64, 1e-8 relative.
 """
 
-import sys
-from pathlib import Path
 
-import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the serial tests' helpers
-
-from test_pipeline import (  # noqa: E402
+from test_pipeline import (
     BATCH,
     assert_matches,
     make_batches,
@@ -21,14 +15,10 @@ from test_pipeline import (  # noqa: E402
     train_single,
 )
 
-import minidl  # noqa: E402
-from minidl.distributed.pipeline import make_grid  # noqa: E402
-from minidl.distributed.pipeline_schedule import SCHEDULES, bubble_fraction  # noqa: E402
+from minidl.distributed.pipeline import make_grid
+from minidl.distributed.pipeline_schedule import SCHEDULES, bubble_fraction
 
-
-@pytest.fixture(autouse=True)
-def float64():
-    minidl.set_default_dtype(np.float64)
+pytestmark = pytest.mark.usefixtures("float64")  # exactness is checked in float64
 
 
 @pytest.mark.parametrize("sched", SCHEDULES)

@@ -4,16 +4,10 @@ The scenarios are the serial tests' (tests/test_tensor_parallel.py), run on MPI.
 MPI's own Allreduce as the f/g collective.
 """
 
-import sys
-from pathlib import Path
 
-import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the serial tests' helpers
-
-from test_model_parallel import train_lm_dense  # noqa: E402
-from test_tensor_parallel import (  # noqa: E402
+from test_model_parallel import train_lm_dense
+from test_tensor_parallel import (
     STEPS,
     assert_close,
     make_mlp_block,
@@ -23,14 +17,11 @@ from test_tensor_parallel import (  # noqa: E402
     train_mlp_dense,
 )
 
-import minidl  # noqa: E402
-from minidl import nn  # noqa: E402
-from minidl.distributed import tensor_parallel as tp  # noqa: E402
+import minidl
+from minidl import nn
+from minidl.distributed import tensor_parallel as tp
 
-
-@pytest.fixture(autouse=True)
-def float64():
-    minidl.set_default_dtype(np.float64)
+pytestmark = pytest.mark.usefixtures("float64")  # exactness is checked in float64
 
 
 @pytest.mark.parametrize("gather_head", [True, False])
