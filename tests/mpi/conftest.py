@@ -7,12 +7,21 @@ the run fails loudly on every rank instead of hanging.
 """
 
 import sys
+import tempfile
 
 import pytest
 from hypothesis import settings
 from mpi4py import MPI
 
 settings.load_profile("mpi")
+
+
+def pytest_configure(config):
+    """One temporary directory per rank: the ranks' pytest processes would otherwise race to create and
+    clean up the same numbered directories under /tmp/pytest-of-<user>."""
+    if config.option.basetemp is None:
+        rank = MPI.COMM_WORLD.Get_rank()
+        config.option.basetemp = tempfile.mkdtemp(prefix=f"minidl-pytest-rank{rank}-")
 
 
 @pytest.hookimpl(hookwrapper=True)
