@@ -79,8 +79,9 @@ def _flatten(obj: Any, path: list[str], arrays: dict[str, np.ndarray]) -> dict[s
             if isinstance(key, bool) or not isinstance(key, (str, int)):
                 raise TypeError(f"save: dict keys must be str or int, got {type(key).__name__} {key!r} at {where}")
             name = str(key)
-            if SEPARATOR in name:
-                raise ValueError(f"save: key {name!r} at {where} contains the separator {SEPARATOR!r}")
+            if SEPARATOR in name or "\0" in name:  # "\0": zip entry names end at a NUL, so it would not load
+                bad = SEPARATOR if SEPARATOR in name else "\0"
+                raise ValueError(f"save: key {name!r} at {where} contains the character {bad!r}")
             if name in names:
                 raise ValueError(f"save: keys at {where} collide when written as text: {name!r}")
             names.add(name)
@@ -107,6 +108,8 @@ def _flatten(obj: Any, path: list[str], arrays: dict[str, np.ndarray]) -> dict[s
     elif isinstance(obj, float):
         kind, arr = "float", np.array(obj, dtype=np.float64)
     elif isinstance(obj, str):
+        if "\0" in obj:  # NumPy's str_ arrays drop trailing NULs: the string would not come back intact
+            raise ValueError(f"save: the string at {where} contains a NUL character, which .npz cannot keep")
         kind, arr = "str", np.array(obj, dtype=np.str_)
     elif isinstance(obj, np.generic):
         kind, arr = "numpy_scalar", np.array(obj)
@@ -133,6 +136,12 @@ def load(path: str | os.PathLike[str]) -> Any:
     path = os.fspath(path)
     if not os.path.exists(path):
         raise FileNotFoundError(f"load: no checkpoint at {path!r}")
+    with open(path, "rb") as f:
+        magic = f.read(6)
+    if not magic.startswith(b"PK") and magic != b"\x93NUMPY":  # zip (.npz) or .npy: anything else np.load would
+        raise CheckpointError(  # take for a pickle, and refuse with a misleading message
+            f"load: {path!r} is not an .npz checkpoint (it does not start with a zip header, got {magic!r})"
+        )
     try:
         archive = np.load(path, allow_pickle=False)
         if not isinstance(archive, np.lib.npyio.NpzFile):

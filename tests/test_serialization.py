@@ -99,7 +99,9 @@ def test_writes_exactly_at_path_and_compress(tmp_path):
 @pytest.mark.parametrize(
     "obj, err, match",
     [
-        ({"a/b": 1}, ValueError, "contains the separator"),
+        ({"a/b": 1}, ValueError, "contains the character '/'"),
+        ({"a\0b": 1}, ValueError, "contains the character"),  # zip entry names end at a NUL
+        ({"s": "a\0"}, ValueError, "NUL"),  # NumPy str_ arrays drop trailing NULs
         ({0: 1, "0": 2}, ValueError, "collide"),
         ({"x": np.array([object()], dtype=object)}, TypeError, "object arrays"),
         ({"x": {1, 2}}, TypeError, "unsupported type set at x"),
@@ -128,8 +130,12 @@ def test_load_errors(tmp_path):
 
     garbage = tmp_path / "garbage.npz"
     garbage.write_bytes(b"this is not a zip archive at all")
-    with pytest.raises(minidl.CheckpointError):
+    with pytest.raises(minidl.CheckpointError, match="is not an .npz checkpoint"):  # not "pickled data"
         minidl.load(garbage)
+    raw_pickle = tmp_path / "raw.pkl"
+    raw_pickle.write_bytes(b"\x80\x04K\x01.")  # pickle.dumps(1): refused without being unpickled
+    with pytest.raises(minidl.CheckpointError, match="is not an .npz checkpoint"):
+        minidl.load(raw_pickle)
 
     good = tmp_path / "good.npz"
     minidl.save({"w": np.arange(10000.0)}, good)
@@ -169,14 +175,16 @@ def test_plain_npz_loads_as_flat_dict(tmp_path):
 
 leaves = st.one_of(
     st.none(), st.booleans(), st.integers(-(2**63), 2**63 - 1), st.floats(allow_nan=False),
-    st.text(max_size=5), st.builds(lambda xs: np.array(xs, dtype=np.float32), st.lists(st.floats(width=32))),
+    st.text(max_size=5).filter(lambda s: "\0" not in s),
+    st.builds(lambda xs: np.array(xs, dtype=np.float32), st.lists(st.floats(width=32))),
 )
 trees = st.recursive(
     leaves,
     lambda kids: st.one_of(
         st.lists(kids, max_size=3), st.tuples(kids, kids),
-        st.dictionaries(st.one_of(st.text(max_size=4).filter(lambda s: "/" not in s), st.integers(0, 99)), kids,
-                        max_size=3),
+        st.dictionaries(st.one_of(st.text(max_size=4).filter(lambda s: "/" not in s and "\0" not in s),
+                                  st.integers(0, 99)),
+                        kids, max_size=3),
     ),
     max_leaves=8,
 )
