@@ -312,3 +312,20 @@ def test_vocab_parallel_cross_entropy_gradcheck():
     analytic = np.concatenate(list(run(z0, True)), axis=1)
     numeric = numerical_grad(lambda z: minidl.tensor(run(z.data, False)[0]), [z0])[0]
     assert_close(analytic, numeric, rtol=1e-6)
+
+
+def test_vocab_parallel_cross_entropy_backward_twice_with_retain_graph():
+    """The backward must not edit its saved softmax in place: a second backward (retain_graph) gives the same grad."""
+    rng = np.random.default_rng(4)
+    z0, target = rng.standard_normal((5, 4)), rng.integers(0, 4, 5)
+
+    def fn(comm):
+        z = minidl.tensor(z0, requires_grad=True)
+        loss = tp.vocab_parallel_cross_entropy(z, target, 0, comm)
+        loss.backward(retain_graph=True)
+        first = z.grad.copy()
+        loss.backward()
+        return first, z.grad
+
+    first, both = collectives.simulate(1, fn)[0]
+    assert_close(both, 2 * first)

@@ -364,9 +364,9 @@ class VocabParallelCrossEntropy(Function):
 
     def backward(self, g):
         softmax, rows, cols, n = self.saved_tensors
-        grad = softmax
-        grad[rows, cols] -= 1.0
-        return grad * (g / n)
+        grad = softmax * (g / n)  # a new array: the saved softmax must survive for a retain_graph backward
+        grad[rows, cols] -= g / n
+        return grad
 
 
 def vocab_parallel_cross_entropy(logits: Tensor, target: Any, lo: int, comm: Any = None, algorithm: str = "ring",
