@@ -29,14 +29,16 @@ def allreduce(comm: Any, x: np.ndarray, algorithm: str = "ring", op: str = "sum"
     """
     check_algorithm(algorithm)
     if algorithm == "mpi":
-        return _mpi_allreduce(comm, x, op)
+        return _mpi_allreduce(comm, x, op, check)
     import collectives
 
     return collectives.allreduce(comm, x, op=op, algorithm=algorithm, check=check)
 
 
-def _mpi_allreduce(comm: Any, x: np.ndarray, op: str) -> np.ndarray:
+def _mpi_allreduce(comm: Any, x: np.ndarray, op: str, check: bool = True) -> np.ndarray:
     from mpi4py import MPI
+
+    from collectives.check import agree
 
     if not isinstance(comm, MPI.Comm):
         raise TypeError(
@@ -46,6 +48,8 @@ def _mpi_allreduce(comm: Any, x: np.ndarray, op: str) -> np.ndarray:
     ops = {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}
     if op not in ops:
         raise ValueError(f"allreduce: op must be one of {tuple(ops)}, got {op!r}")
+    if check:  # MPI's Allreduce does not compare: arrays of equal byte size but other dtypes give garbage
+        agree(comm, x, op, "mpi.allreduce")
     x = np.ascontiguousarray(x)
     out = np.empty_like(x)
     comm.Allreduce(x, out, op=ops[op])
