@@ -9,7 +9,7 @@ import pytest
 import minidl
 import minidl.distributed as dist
 import minidl.nn.functional as F
-from minidl import optim
+from minidl import nn, optim
 from minidl.data.text import batchify, bptt_batches
 
 collectives = pytest.importorskip("collectives")
@@ -191,6 +191,33 @@ def test_broadcast_parameters_rejects_a_different_model():
 
     with pytest.raises(KeyError, match="unexpected keys"):
         collectives.simulate(2, rank_fn)
+
+
+@pytest.mark.parametrize("what", ["module", "dict", "optimizer"])
+def test_broadcast_mismatch_raises_on_every_rank(what):
+    """The root too must raise (not walk on into the next collective that the failed rank never joins)."""
+    def rank_fn(comm):
+        dist.init(comm)
+        model = nn.Linear(3, 2 + (dist.rank() == 2))
+        try:
+            if what == "module":
+                dist.broadcast_parameters(model)
+            elif what == "dict":
+                dist.broadcast_parameters({k: v.copy() for k, v in model.state_dict().items()})
+            else:
+                opt = optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+                for p in model.parameters():
+                    p.grad = np.ones_like(p.data)
+                opt.step()
+                dist.broadcast_optimizer_state(opt)
+        except (KeyError, ValueError) as e:
+            return type(e).__name__, str(e)
+        return None
+
+    errors = collectives.simulate(3, rank_fn)
+    assert all(e is not None for e in errors), errors
+    assert errors[0][0] == errors[1][0] == "MismatchError" and "ranks [2]" in errors[0][1]
+    assert errors[2][0] != "MismatchError"  # the failed rank keeps its own error
 
 
 # ----------------------------------------------------------------------------- checkpoints

@@ -42,41 +42,67 @@ def broadcast_state(tree: Any, root: int = 0, comm: Any = None) -> Any:
     return wire.decode(broadcast_buffer(buf, root, comm))
 
 
+def _fail_together(comm: Any, what: str, load: Any) -> None:
+    """Run ``load()`` on this rank; if it raises on any rank, raise on every rank (the failed ones their own error,
+    the others a MismatchError naming them), so no rank walks on into a collective the failed ones never join."""
+    from collectives import MismatchError, allreduce
+
+    error = None
+    try:
+        load()
+    except (KeyError, ValueError, TypeError) as e:
+        error = e
+    if comm.Get_size() > 1:
+        flags = np.zeros(comm.Get_size(), dtype=np.int64)
+        flags[comm.Get_rank()] = error is not None
+        failed = np.flatnonzero(allreduce(comm, flags)).tolist()
+        if failed and error is None:
+            raise MismatchError(f"{what}: ranks {failed} could not take the root's state (see their errors)")
+    if error is not None:
+        raise error
+
+
 def broadcast_parameters(module_or_state: Module | dict[str, np.ndarray], root: int = 0, comm: Any = None) -> None:
     """Overwrite every rank's parameters and buffers with the root's (in place).
 
     ``module_or_state`` is a Module (parameters and buffers, e.g. BatchNorm's running statistics)
-    or a dict name -> ndarray, whose arrays are overwritten in place.
+    or a dict name -> ndarray, whose arrays are overwritten in place. A rank whose model differs from the
+    root's raises its error, and every other rank a MismatchError.
     """
     comm = get_comm(comm)
     if isinstance(module_or_state, Module):
         state = broadcast_state(module_or_state.state_dict(), root, comm)
-        if comm.Get_rank() != root:
-            module_or_state.load_state_dict(state, strict=True)
-        return
-    if not isinstance(module_or_state, dict):
+        load = lambda: module_or_state.load_state_dict(state, strict=True)  # noqa: E731
+    elif isinstance(module_or_state, dict):
+        state = broadcast_state({k: np.asarray(v) for k, v in module_or_state.items()}, root, comm)
+        load = lambda: _copy_into(module_or_state, state, comm.Get_rank())  # noqa: E731
+    else:
         raise TypeError(f"broadcast_parameters: expected a Module or a dict of arrays, got {type(module_or_state)}")
-    state = broadcast_state({k: np.asarray(v) for k, v in module_or_state.items()}, root, comm)
-    if comm.Get_rank() != root:
-        mine, theirs = set(module_or_state), set(state)
-        if mine != theirs:
-            raise KeyError(
-                f"broadcast_parameters: rank {comm.Get_rank()} has keys {sorted(mine - theirs)} the root lacks and "
-                f"lacks {sorted(theirs - mine)}"
-            )
-        for k, v in state.items():
-            target = module_or_state[k]
-            if np.shape(target) != v.shape:
-                raise ValueError(f"broadcast_parameters: {k} has shape {np.shape(target)} here, {v.shape} on the root")
-            target[...] = v
+    _fail_together(comm, "broadcast_parameters", load if comm.Get_rank() != root else lambda: None)
+
+
+def _copy_into(arrays: dict[str, np.ndarray], state: dict[str, np.ndarray], rank: int) -> None:
+    """Overwrite ``arrays`` in place with the root's ``state`` (same keys and shapes, else an error)."""
+    mine, theirs = set(arrays), set(state)
+    if mine != theirs:
+        raise KeyError(
+            f"broadcast_parameters: rank {rank} has keys {sorted(mine - theirs)} the root lacks and "
+            f"lacks {sorted(theirs - mine)}"
+        )
+    for k, v in state.items():
+        target = arrays[k]
+        if np.shape(target) != v.shape:
+            raise ValueError(f"broadcast_parameters: {k} has shape {np.shape(target)} here, {v.shape} on the root")
+        target[...] = v
 
 
 def broadcast_optimizer_state(optimizer: Optimizer, root: int = 0, comm: Any = None) -> None:
-    """Give every rank the root's optimizer state (momentum buffers, Adam moments, step counts, lr)."""
+    """Give every rank the root's optimizer state (momentum buffers, Adam moments, step counts, lr).
+    A rank that cannot load it raises its error, and every other rank a MismatchError."""
     comm = get_comm(comm)
     state = broadcast_state(optimizer.state_dict(), root, comm)
-    if comm.Get_rank() != root:
-        optimizer.load_state_dict(state)
+    load = (lambda: optimizer.load_state_dict(state)) if comm.Get_rank() != root else lambda: None
+    _fail_together(comm, "broadcast_optimizer_state", load)
 
 
 def send_state(tree: Any, dest: int, comm: Any = None) -> None:
