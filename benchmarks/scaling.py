@@ -87,7 +87,10 @@ def worker(args: argparse.Namespace) -> None:
             times.append(time.perf_counter() - start)
         step = float(np.median(times[args.warmup :]))
         # the slowest rank sets the pace of synchronous training
-        step = comm.allreduce(step, op=MPI.MAX) if P > 1 else step
+        if P > 1:  # buffer-based Allreduce: nothing goes through pickle
+            slowest = np.array([step])
+            comm.Allreduce(MPI.IN_PLACE, slowest, op=MPI.MAX)
+            step = float(slowest[0])
         breakdown = opt.timings.mean() if algorithm != "none" else {}
         if rank == 0:
             print(json.dumps({"P": P, "algorithm": algorithm, "compression": args.compression,

@@ -26,7 +26,9 @@ def assert_close(a: dict[str, np.ndarray], b: dict[str, np.ndarray], rtol: float
 
 def assert_same_on_every_rank(comm, params: dict[str, np.ndarray]) -> None:
     for k, v in params.items():
-        np.testing.assert_array_equal(comm.bcast(v, root=0), v, err_msg=k)
+        root = np.ascontiguousarray(v).copy()
+        comm.Bcast(root, root=0)  # buffer-based, as everything on the wire (no pickle)
+        np.testing.assert_array_equal(root, v, err_msg=k)
 
 
 @pytest.mark.parametrize("algorithm", ["ring", "recursive_doubling", "mpi"])
