@@ -187,10 +187,13 @@ def test_broadcast_parameters_rejects_a_different_model():
     def rank_fn(comm):
         dist.init(comm)
         model = make_cnn(batchnorm=dist.rank() == 0)
-        dist.broadcast_parameters(model)
+        try:
+            dist.broadcast_parameters(model)
+        except (KeyError, ValueError) as e:
+            return str(e)
 
-    with pytest.raises(KeyError, match="unexpected keys"):
-        collectives.simulate(2, rank_fn)
+    errors = collectives.simulate(2, rank_fn)
+    assert "unexpected keys" in errors[1] and "ranks [1] could not take the root's state" in errors[0]
 
 
 @pytest.mark.parametrize("what", ["module", "dict", "optimizer"])
@@ -311,3 +314,20 @@ def test_clear_errors():
         return True
 
     assert collectives.simulate(2, rank_fn) == [True, True]
+
+
+@pytest.mark.parametrize("setting", [{"backward_passes_per_step": 2}, {"op": "sum"}, {"compression": "fp16"},
+                                     {"allreduce": "tree"}, {"fusion_bytes": 0}])
+def test_ranks_with_different_settings_fail_at_construction(setting):
+    """A rank accumulating 2 passes would skip the allreduce the others enter: a hang, unless caught up front."""
+    def rank_fn(comm):
+        model = nn.Linear(3, 2)
+        kwargs = setting if comm.Get_rank() == 1 else {}
+        try:
+            dist.DistributedOptimizer(optim.SGD(model.parameters(), lr=0.1), comm=comm, **kwargs)
+        except ValueError as e:
+            return str(e)
+        return None
+
+    errors = collectives.simulate(3, rank_fn, timeout=20)
+    assert all(e is not None and "rank" in e and next(iter(setting)) in e for e in errors), errors

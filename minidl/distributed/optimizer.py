@@ -41,8 +41,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from minidl.distributed import compression as _compression
-from minidl.distributed.allreduce import allreduce, check_algorithm
+from minidl.distributed.allreduce import ALGORITHMS, allreduce, check_algorithm
 from minidl.distributed.context import get_comm
 from minidl.distributed.fusion import Bucket, pack, plan_buckets, unpack
 from minidl.distributed.timing import StepTimings
@@ -110,7 +112,34 @@ class DistributedOptimizer(Optimizer):
         self._synchronized = False
         self._layout_checked = False  # have the ranks confirmed they pack the same buckets?
         self._plan()
+        self._check_ranks_agree()
         self.timings.restart()
+
+    def _check_ranks_agree(self) -> None:
+        """Every rank must wrap with the same settings: a rank with another backward_passes_per_step would
+        allreduce on other steps than the rest and leave them waiting forever. One small allgather, here."""
+        if self.comm.Get_size() == 1:
+            return
+        from collectives.common import TAG_CHECK
+        from collectives.pof2 import allgather_blocks
+
+        # each setting as an integer code: (name, code, decode)
+        codes = [("allreduce", ALGORITHMS.index(self.algorithm), lambda c: ALGORITHMS[c]),
+                 ("op", OPS.index(self.op), lambda c: OPS[c]),
+                 ("fusion_bytes", self.fusion_bytes, int),
+                 ("compression", int(self.compression is not None), lambda c: "fp16" if c else None),
+                 ("backward_passes_per_step", self.backward_passes_per_step, int)]
+        # an allgather of the codes, on the tag of the collectives' agreement checks (it is one)
+        table = np.zeros((self.comm.Get_size(), len(codes)), dtype=np.int64)
+        table[self.comm.Get_rank()] = [c for _, c, _ in codes]
+        allgather_blocks(self.comm, table.reshape(-1), len(codes), tag=TAG_CHECK)
+        differ = [i for i in range(len(codes)) if (table[:, i] != table[0, i]).any()]
+        if differ:
+            per_rank = "; ".join(
+                f"rank {r}: " + ", ".join(f"{codes[i][0]}={codes[i][2](int(row[i]))!r}" for i in differ)
+                for r, row in enumerate(table)
+            )
+            raise ValueError(f"DistributedOptimizer: ranks disagree on {[codes[i][0] for i in differ]} ({per_rank})")
 
     # -- the wrapped optimizer's state is the state
     @property
