@@ -164,3 +164,15 @@ def test_flatten(rng):
     with pytest.raises(ValueError, match="bad dims"):
         F.flatten(x, 3, 1)
     assert minidl.gradcheck(lambda x: nn.Flatten()(x) * 2.0, [x])
+
+
+def test_load_state_dict_error_is_plain_text_and_a_key_and_value_error():
+    from minidl.nn import StateDictError
+
+    layer = nn.Linear(3, 2)
+    with pytest.raises(StateDictError) as info:
+        layer.load_state_dict({"weight": np.zeros((5, 3), np.float32)})
+    message = str(info.value)
+    assert message.startswith("load_state_dict for Linear") and "shape mismatch for weight" in message
+    assert "missing keys: ['bias']" in message
+    assert isinstance(info.value, KeyError) and isinstance(info.value, ValueError)

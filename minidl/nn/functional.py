@@ -4,6 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+# layers' functional forms, each defined beside its module in minidl/nn/ (re-exported as F.conv2d, ...)
+from minidl.nn.activation import relu  # noqa: F401
+from minidl.nn.container import flatten  # noqa: F401
+from minidl.nn.conv import conv2d  # noqa: F401
+from minidl.nn.dropout import dropout  # noqa: F401
+from minidl.nn.embedding import embedding  # noqa: F401
+from minidl.nn.linear import linear  # noqa: F401
+from minidl.nn.norm import batch_norm  # noqa: F401
+from minidl.nn.pooling import adaptive_avg_pool2d, avg_pool2d, global_avg_pool2d, max_pool2d  # noqa: F401
 from minidl.ops import log_softmax, logsumexp, softmax  # noqa: F401  (re-exported as F.softmax, ...)
 from minidl.ops.loss import BinaryCrossEntropyWithLogits, CrossEntropy
 from minidl.tensor import Tensor
@@ -22,15 +31,3 @@ def cross_entropy(logits: Any, target: Any, reduction: str = "mean", ignore_inde
 def binary_cross_entropy_with_logits(logits: Any, target: Any, reduction: str = "mean") -> Tensor:
     """-[y log sigmoid(x) + (1 - y) log(1 - sigmoid(x))], computed stably from the logits x; target y of x's shape."""
     return BinaryCrossEntropyWithLogits.apply(logits, target, reduction=reduction)
-
-
-
-# ---- layers (each defined beside its module in minidl/nn/)
-from minidl.nn.activation import relu  # noqa: E402, F401
-from minidl.nn.container import flatten  # noqa: E402, F401
-from minidl.nn.conv import conv2d  # noqa: E402, F401
-from minidl.nn.dropout import dropout  # noqa: E402, F401
-from minidl.nn.embedding import embedding  # noqa: E402, F401
-from minidl.nn.linear import linear  # noqa: E402, F401
-from minidl.nn.norm import batch_norm  # noqa: E402, F401
-from minidl.nn.pooling import adaptive_avg_pool2d, avg_pool2d, global_avg_pool2d, max_pool2d  # noqa: E402, F401

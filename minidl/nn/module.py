@@ -11,6 +11,16 @@ import numpy as np
 from minidl.tensor import Tensor, get_default_dtype
 
 
+class StateDictError(KeyError, ValueError):
+    """A state dict that does not fit the module: missing or unexpected keys, or a shape that differs.
+
+    A KeyError (as a missing key is) and a ValueError (as a wrong shape is); printed as plain text.
+    """
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 class Parameter(Tensor):
     """A leaf tensor that a Module registers and an optimizer updates (requires_grad=True)."""
 
@@ -164,7 +174,7 @@ class Module:
             else:
                 mod.register_buffer(name, value.astype(current.dtype, copy=True))
         if errors:
-            raise KeyError(f"load_state_dict for {type(self).__name__}: " + "; ".join(errors))
+            raise StateDictError(f"load_state_dict for {type(self).__name__}: " + "; ".join(errors))
 
     # -- calling
     def forward(self, *args: Any, **kwargs: Any) -> Any:  # pragma: no cover - abstract
