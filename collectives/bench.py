@@ -21,6 +21,7 @@ import numpy as np
 
 import collectives
 from collectives import cost
+from collectives.check import INLINE
 
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 DEFAULT_SIZES = "1K,4K,16K,64K,256K,1M,4M,16M,64M"
@@ -91,8 +92,8 @@ def run(comm, sizes: list[int], algorithms: list[str], dtype: np.dtype, check: b
             predicted = None
             if chosen != "mpi":
                 predicted = cost.predict(chosen, p, x.nbytes)
-                if check and p > 1 and chosen != "recursive_doubling":  # recursive doubling carries the check along
-                    predicted += cost.predict_check(p)
+                if check and p > 1 and (chosen != "recursive_doubling" or x.nbytes > INLINE):
+                    predicted += cost.predict_check(p)  # short recursive doubling is its own check
             algbw = x.nbytes / t / 1e9 if t > 0 else 0.0
             rows.append({
                 "p": p, "size": x.nbytes, "count": count, "dtype": dtype.name,

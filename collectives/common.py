@@ -15,7 +15,7 @@ OPS: dict[str, np.ufunc] = {"sum": np.add, "prod": np.multiply, "max": np.maximu
 
 # Point-to-point tags, one per phase, so a message of one phase can never be taken for another's
 # (MPI keeps them apart from the user's own messages only if the user passes a dup'ed communicator).
-TAG_CHECK = 1  # the agreement check on shape, dtype and op (check.py)
+TAG_CHECK = 1  # the agreement handshake on shape, dtype and op (check.py), with short recursive doubling's data
 TAG_FOLD = 2  # non-power-of-two ranks folded in and out (pof2.py)
 TAG_GATHER = 3  # linear gather to the root (naive.py)
 TAG_SCATTER = 4  # linear scatter from the root (naive.py)
@@ -24,6 +24,7 @@ TAG_BCAST = 6  # binomial broadcast (tree.py)
 TAG_REDUCE_SCATTER = 7  # ring or recursive-halving reduce-scatter
 TAG_ALLGATHER = 8  # ring or recursive-doubling allgather
 TAG_EXCHANGE = 9  # recursive-doubling allreduce (whole vectors)
+TAG_HEADERS = 10  # every rank's header, after a failed handshake or for broadcast and scatter (check.py)
 
 
 @functools.lru_cache(maxsize=256)
@@ -59,16 +60,14 @@ def block_bounds(n: int, parts: int) -> list[int]:
     return [i * q + min(i, r) for i in range(parts + 1)]
 
 
-def combine(f: np.ufunc, mine: np.ndarray, theirs: np.ndarray, out: np.ndarray, theirs_is_lower: bool) -> None:
-    """out <- f(lower, upper): the operands always in rank order.
+def combine(f: np.ufunc, mine: np.ndarray, theirs: np.ndarray, theirs_is_lower: bool,
+            out: np.ndarray | None = None) -> np.ndarray:
+    """f(lower, upper) into ``out`` (a new array if None): the operands always in rank order.
 
     Both ranks of an exchange then compute exactly the same bits (even for NaN payloads and
     signed zeros, where f(a, b) and f(b, a) may differ), so their results stay bitwise identical.
     """
-    if theirs_is_lower:
-        f(theirs, mine, out=out)
-    else:
-        f(mine, theirs, out=out)
+    return f(theirs, mine, out=out) if theirs_is_lower else f(mine, theirs, out=out)
 
 
 def waitall(requests: Sequence) -> None:

@@ -103,11 +103,15 @@ def predict(algorithm: str, p: int, nbytes: float, params: CostParams | None = N
     return t.rounds * c.alpha + t.sent * c.beta + t.reduced * c.gamma
 
 
-def predict_check(p: int, params: CostParams | None = None, header_bytes: int = 128) -> float:
-    """Predicted seconds of the agreement check: a recursive-doubling allgather of 128-byte headers."""
+def predict_check(p: int, params: CostParams | None = None, message_bytes: int = 144) -> float:
+    """Predicted seconds of the agreement check: a recursive-doubling handshake of 144-byte messages.
+
+    (log2 p' + 2d) (alpha + 144 beta): check.handshake without data (128-byte header + status word).
+    Recursive doubling carries its short data in the handshake and pays no check of its own.
+    """
     c = params or _params
     k, d = _log2_pof2(p)
-    return (k + 2 * d) * c.alpha + ((p - 1) + d * (p + 1)) * header_bytes * c.beta
+    return (k + 2 * d) * (c.alpha + message_bytes * c.beta)
 
 
 def messages_per_rank(algorithm: str, p: int) -> list[int]:

@@ -43,22 +43,14 @@ class Fold:
         return 2 * newrank if newrank < self.rem else newrank + self.rem
 
     @functools.cached_property
-    def doubling_steps(self) -> list[tuple[int, slice, slice]]:
-        """Per recursive-doubling step (distance 1, 2, 4, ...): the peer's old rank, and the old ranks
-        that this rank's group and the peer's group stand for (computed once: Fold objects are cached)."""
-        steps, mask = [], 1
+    def doubling_peers(self) -> tuple[int, ...]:
+        """The old rank of this rank's partner in each recursive-doubling step (distances 1, 2, 4, ...
+        in new ranks); empty for a rank that sits out. Computed once: Fold objects are cached."""
+        peers, mask = [], 1
         while self.newrank >= 0 and mask < self.pof2:
-            partner = self.newrank ^ mask
-            steps.append((self.rank_of(partner), self.ranks_of_group(self.newrank, mask),
-                          self.ranks_of_group(partner, mask)))
+            peers.append(self.rank_of(self.newrank ^ mask))
             mask <<= 1
-        return steps
-
-    def ranks_of_group(self, newrank: int, size: int) -> slice:
-        """The old ranks standing for the aligned group of ``size`` new ranks that contains ``newrank``."""
-        start = newrank - newrank % size
-        end = start + size
-        return slice(self.first_rank_of(start), self.first_rank_of(end) if end < self.pof2 else self.p)
+        return tuple(peers)
 
 
 @functools.lru_cache(maxsize=1024)

@@ -9,7 +9,8 @@ from hypothesis.extra.numpy import array_shapes
 
 import collectives
 from collectives import cost
-from collectives.common import TAG_ALLGATHER, TAG_CHECK, TAG_EXCHANGE, TAG_REDUCE_SCATTER, block_bounds
+from collectives.check import INLINE, PREFIX, handshake
+from collectives.common import TAG_ALLGATHER, TAG_CHECK, TAG_EXCHANGE, TAG_HEADERS, TAG_REDUCE_SCATTER, block_bounds
 from collectives.simulated import traffic
 from collectives.testing import SUPPORTED_KINDS, rank_data
 
@@ -90,13 +91,14 @@ def test_ring_moves_2_p_minus_1_over_p_of_the_data_per_rank(p):
 
 
 @pytest.mark.parametrize("p", [1, 2, 3, 5, 8, 13])
-def test_agreement_check_is_a_recursive_doubling_allgather_of_headers(p):
+def test_agreement_check_is_a_recursive_doubling_handshake_of_headers(p):
     res = collectives.simulate(p, lambda comm: collectives.ring.allreduce(comm, np.ones(3)))
     checks = [m for m in res.messages if m.tag == TAG_CHECK]
     k, d = p.bit_length() - 1, int(p & (p - 1) != 0)
     rounds = max((m.arrival for m in checks), default=0)
     assert rounds == k + 2 * d
-    assert all(m.nbytes % 128 == 0 for m in checks)
+    assert all(m.nbytes == PREFIX for m in checks)  # header and status word: no data, no table
+    assert not [m for m in res.messages if m.tag == TAG_HEADERS]  # the table only after a failed handshake
 
 
 def test_tree_broadcast_schedule_is_binomial():
@@ -275,10 +277,10 @@ def test_any_rank_that_disagrees_is_named_on_every_rank(p, bad, what, algorithm)
     assert f"ranks [{bad}]:" in msg
 
 
-@pytest.mark.parametrize("p", [2, 3, 5, 8])
+@pytest.mark.parametrize("p", [2, 3, 4, 5, 8])
 @pytest.mark.parametrize("sizes", [(100, 100), (5000, 5000), (100, 5000), (5000, 100), (3000, 5000)])
 def test_recursive_doubling_carries_the_check_for_short_and_long_vectors(p, sizes):
-    # data up to recursive_doubling.INLINE (16 KiB) rides in the header message, longer data follows it
+    # data up to INLINE (16 KiB) rides in the handshake; longer data (5000 doubles) follows a data-less handshake
     mine, odd = sizes
 
     def fn(comm):
@@ -290,6 +292,61 @@ def test_recursive_doubling_carries_the_check_for_short_and_long_vectors(p, size
         assert all(np.array_equal(r, np.full(mine, p * (p - 1) / 2)) for r in res)
     else:
         assert f"ranks [{p - 1}]" in errors_on_every_rank(p, fn, collectives.MismatchError)
+
+
+@pytest.mark.parametrize("p", [2, 3, 4, 5])
+def test_checked_short_recursive_doubling_is_one_pass(p):
+    n = 256  # float32: 1 KiB, within INLINE
+    res = collectives.simulate(p, lambda comm: collectives.recursive_doubling.allreduce(comm, np.ones(n, np.float32)))
+    assert all(np.array_equal(r, np.full(n, p, np.float32)) for r in res)
+    assert {m.tag for m in res.messages} == {TAG_CHECK}  # the handshake is the allreduce
+    count, nbytes = traffic(res.messages, p)
+    assert count == cost.messages_per_rank("recursive_doubling", p)
+    assert sum(nbytes) == cost.total_bytes("recursive_doubling", p, PREFIX + 4 * n)
+    assert res.rounds == cost.terms("recursive_doubling", p, 4 * n).rounds
+
+    long = INLINE // 8 + 1  # float64: past INLINE, a handshake without data, then the plain exchange
+    res = collectives.simulate(p, lambda comm: collectives.recursive_doubling.allreduce(comm, np.ones(long)))
+    assert all(np.array_equal(r, np.full(long, float(p))) for r in res)
+    assert {m.nbytes for m in res.messages if m.tag == TAG_CHECK} == {PREFIX}
+
+
+@pytest.mark.parametrize("p", [2, 3, 4, 5])
+@pytest.mark.parametrize("what", ["dtype", "shape", "op", "bad op"])
+def test_short_recursive_doubling_detects_mismatches_of_equal_byte_size(p, what):
+    # float32 and int32, (2, 8) and (16,), "sum" and "max": the same 64 bytes of data, only the headers differ
+    def fn(comm):
+        odd = comm.Get_rank() == p - 1
+        x = np.ones((2, 8) if odd and what == "shape" else 16, np.int32 if odd and what == "dtype" else np.float32)
+        op = {"op": "max", "bad op": "mean"}.get(what, "sum") if odd else "sum"
+        collectives.allreduce(comm, x, op=op)
+
+    assert f"ranks [{p - 1}]:" in errors_on_every_rank(p, fn, collectives.MismatchError)
+
+
+@pytest.mark.parametrize("p", [2, 3, 4, 5])
+@pytest.mark.parametrize("other", ["long auto", "ring", "broadcast", "reduce_scatter"])
+def test_ranks_in_different_collectives_or_algorithms_raise_not_hang(p, other):
+    # "auto" sends rank 0's 1 KiB to recursive doubling (data in the handshake) and 4 MiB elsewhere to
+    # Rabenseifner or the ring (handshake without data): they meet in the handshake, whoever calls what
+    def fn(comm):
+        if comm.Get_rank() == 0:
+            return collectives.allreduce(comm, np.ones(256, np.float32))
+        if other == "long auto":
+            return collectives.allreduce(comm, np.ones(1 << 20, np.float32))
+        if other == "ring":
+            return collectives.allreduce(comm, np.ones(256, np.float32), algorithm="ring")
+        if other == "broadcast":
+            return collectives.broadcast(comm, None)
+        return collectives.reduce_scatter(comm, np.ones(256, np.float32))
+
+    msg = errors_on_every_rank(p, fn, collectives.MismatchError)
+    assert "ranks [0]: recursive_doubling.allreduce with shape (256,)" in msg
+
+
+def test_handshake_refuses_data_past_inline():
+    with pytest.raises(ValueError, match="INLINE"):
+        collectives.simulate(1, lambda comm: handshake(comm, bytes(128), np.zeros(INLINE + 1, np.uint8)))
 
 
 def test_mismatched_ops_algorithms_and_roots_raise_on_every_rank():

@@ -133,6 +133,19 @@ def test_mismatched_dtypes_raise_on_every_rank(comm):
         collectives.allreduce(comm, x)
 
 
+@pytest.mark.parametrize("what", ["dtype", "op", "algorithm"])
+def test_short_checked_allreduce_detects_any_disagreement(comm, what):
+    # 1 KiB on every rank: recursive doubling with the data in the handshake. float32 vs int32 and
+    # "sum" vs "max" bring the same bytes (only the headers differ); 4 MiB on the last rank makes
+    # "auto" choose another algorithm there, which checks with a handshake without data.
+    rank, p = comm.Get_rank(), comm.Get_size()
+    odd = rank == p - 1
+    x = np.ones(1 << 20 if odd and what == "algorithm" else 256, np.int32 if odd and what == "dtype" else np.float32)
+    with pytest.raises(collectives.MismatchError, match=rf"ranks \[{p - 1}\]"):
+        collectives.allreduce(comm, x, op="max" if odd and what == "op" else "sum")
+    np.testing.assert_array_equal(collectives.allreduce(comm, np.ones(256, np.float32)), np.full(256, p, np.float32))
+
+
 def test_unsupported_op_dtype_pairs_raise_on_every_rank(comm):
     with pytest.raises(TypeError, match="complex"):
         collectives.allreduce(comm, np.ones(3, np.complex64), op="max")
