@@ -69,6 +69,7 @@ INLINE = 16 << 10  # the most data a handshake message may carry (recursive doub
 AGREED = bytes(16)  # status word: every rank the sender stands for has brought the sender's header so far
 DIFFERS = b"\x01" + bytes(15)  # status word: some rank the sender has heard from brought another header
 NOTHING = np.empty(0, np.uint8)  # the data of a handshake that only checks
+NOTHING.flags.writeable = False
 
 
 def header(x: np.ndarray | None, op: str, call: str, root: int = -1) -> bytes:
