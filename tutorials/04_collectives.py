@@ -80,8 +80,9 @@ assert all(np.array_equal(r, result[0]) for r in result)
 # sent), `source`, `dest`, `tag`, `nbytes`, and `arrival` (the receiver's clock when it got it).
 # Each rank's clock moves one step per completed blocking call, and past the send step of every
 # message it receives, so a step is one round of communication. Every public collective first
-# checks that all ranks brought the same shape, dtype and op (an allgather of 128-byte headers,
-# `TAG_CHECK`); we leave those messages out of the pictures.
+# checks that all ranks brought the same shape, dtype and op: a recursive-doubling handshake of
+# 144-byte messages (this rank's 128-byte header and a mismatch flag, `TAG_CHECK`), and the full
+# table of headers only after a mismatch, to name it. We leave those messages out of the pictures.
 
 # %%
 for m in result.messages[:6]:
