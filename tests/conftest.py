@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, settings
 settings.register_profile(
     "default",
     deadline=None,
-    max_examples=int(os.environ.get("MINIDL_HYPOTHESIS_EXAMPLES", "40")),
+    max_examples=int(os.environ.get("MINIDL_HYPOTHESIS_EXAMPLES", "100")),
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.register_profile(
@@ -21,7 +21,7 @@ settings.register_profile(
     deadline=None,
     derandomize=True,
     database=None,
-    max_examples=int(os.environ.get("MINIDL_HYPOTHESIS_EXAMPLES", "25")),
+    max_examples=int(os.environ.get("MINIDL_HYPOTHESIS_EXAMPLES", "50")),
     suppress_health_check=list(HealthCheck),
     print_blob=False,
 )
