@@ -32,8 +32,16 @@ from typing import Any
 
 import numpy as np
 
-# Order breaks ties in choose_algorithm: fewer rounds first.
 ALGORITHMS = ("recursive_doubling", "rabenseifner", "ring", "tree", "naive")
+
+# choose_algorithm takes the first of these among the algorithms predicted fastest (to a relative
+# TIE of the fastest, so that rounding cannot decide). Fewer rounds first, except that the ring
+# comes before Rabenseifner: at p = 2 the two send exactly the same messages and do the same
+# local work (one reduce-scatter step, one allgather step), so the model predicts them equal at
+# every size and they measure equal; the ring's path is the plainer one (no fold, no halving
+# bookkeeping), and it is what MPICH, NCCL and Horovod use for long messages.
+PREFERENCE = ("recursive_doubling", "ring", "rabenseifner", "tree", "naive")
+TIE = 1e-9
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
 """One entry point per collective: ``allreduce(comm, x, op, algorithm="auto")`` and friends.
 
 "auto" does what MPICH does with its size thresholds, but from the cost model: it predicts every
-algorithm's time for this p and message size and takes the fastest. ``choose_algorithm`` shows
-the choice and the predictions. Every rank computes the same choice from the same (p, size,
+algorithm's time for this p and message size and takes the fastest (on equal predictions, the
+first in cost.PREFERENCE: the ring before Rabenseifner). ``choose_algorithm`` shows the choice
+and the predictions. Every rank computes the same choice from the same (p, size,
 parameters); if ranks disagree on the size, the agreement check of the chosen algorithms says so.
 """
 
@@ -15,7 +16,7 @@ import numpy as np
 
 from collectives import naive, rabenseifner, recursive_doubling, ring, tree
 from collectives.check import agree
-from collectives.cost import ALGORITHMS, CostParams, get_params, predict
+from collectives.cost import ALGORITHMS, PREFERENCE, TIE, CostParams, get_params, predict
 from collectives.pof2 import allgather_blocks
 
 _ALLREDUCE = {
@@ -54,7 +55,9 @@ def _auto(p: int, nbytes: int) -> str:
 def _choose(p: int, nbytes: int, params: CostParams) -> tuple[str, tuple]:
     """Cached: the prediction costs microseconds, as much as a short allreduce."""
     times = {name: predict(name, p, nbytes, params) for name in ALGORITHMS}
-    return min(ALGORITHMS, key=times.__getitem__), tuple(times.items())
+    fastest = min(times.values())
+    choice = next(name for name in PREFERENCE if times[name] <= fastest * (1 + TIE))  # ties: cost.PREFERENCE
+    return choice, tuple(times.items())
 
 
 def allreduce(comm: Any, x: Any, op: str = "sum", algorithm: str = "auto", check: bool = True) -> np.ndarray:

@@ -10,8 +10,10 @@ Cost, p ranks, n bytes (Rabenseifner 2004; Thakur, Rabenseifner & Gropp 2005):
     reduce-scatter  log2 p' alpha + (p' - 1)/p' n beta + (p' - 1)/p' n gamma
     allgather       log2 p' alpha + (p' - 1)/p' n beta
     allreduce       (2 log2 p' + 2d) alpha + (2 (p' - 1)/p' + 2d) n beta + ((p' - 1)/p' + d) n gamma
-The ring's bandwidth with only 2 log2 p steps: MPICH's choice for long messages. Each block is
-reduced in exactly one place and then copied, so all ranks end with the same bits.
+The ring's bandwidth with only 2 log2 p steps: MPICH's choice for long messages. At p = 2 it is
+the ring: the same two messages and the same local work (halving_into receives into the result
+and reduces in place, no copies). Each block is reduced in exactly one place and then copied, so
+all ranks end with the same bits.
 """
 
 from __future__ import annotations
@@ -32,25 +34,33 @@ def halving_into(comm: Any, mine: np.ndarray, acc: np.ndarray, f: np.ufunc, seg:
     elements seg[j]:seg[j+1]. Afterwards acc[seg[j]:seg[j+1]] on new rank j is segment j reduced
     over all ranks. Step with distance ``mask``: of the 2*mask segments this rank still holds,
     the lower new rank of the pair keeps the lower half.
+
+    The local work is the ring's: one receive and one in-place reduction per step, no copies.
+    The peer's half arrives in a part of acc that holds nothing yet: in the first step from x,
+    the kept half itself; later, the half given away in the step before (free until the
+    allgather refills it, and at least as long as the kept half, having twice its segments). A
+    temporary is needed only where there is no such room: in the first step after the fold
+    (acc holds a whole partial sum) and when n < p' leaves segments of 0 and 1 elements.
     """
     j = fold.newrank
     lo, hi = 0, fold.pof2  # the segments this rank is still responsible for
-    tmp = None
+    free = (0, 0)  # elements of acc given away in the previous step
     mask = fold.pof2 // 2
     while mask:
         partner = j ^ mask
         mid = lo + mask
         keep, give = ((lo, mid), (mid, hi)) if j < partner else ((mid, hi), (lo, mid))
         k0, k1, g0, g1 = seg[keep[0]], seg[keep[1]], seg[give[0]], seg[give[1]]
-        peer = fold.rank_of(partner)
-        if mine is acc:  # a partial sum is in acc: receive aside (the kept parts only shrink from here)
-            tmp = np.empty(k1 - k0, dtype=acc.dtype) if tmp is None else tmp
-            theirs = tmp[: k1 - k0]
-        else:  # first step from x: receive straight into the result, no temporary
+        if mine is not acc:  # first step from x: receive straight into the result
             theirs = acc[k0:k1]
+        elif free[1] - free[0] >= k1 - k0:
+            theirs = acc[free[0]:free[0] + k1 - k0]
+        else:
+            theirs = np.empty(k1 - k0, dtype=acc.dtype)
+        peer = fold.rank_of(partner)
         comm.Sendrecv(mine[g0:g1], peer, TAG_REDUCE_SCATTER, theirs, peer, TAG_REDUCE_SCATTER)
         f(theirs, mine[k0:k1], out=acc[k0:k1])  # each block is reduced on one rank only: any operand order
-        mine = acc
+        mine, free = acc, (g0, g1)
         lo, hi = keep
         mask >>= 1
 
