@@ -3,6 +3,8 @@ timings, optimizer-state broadcast, checkpoint/resume, and its error messages.""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -221,6 +223,55 @@ def test_broadcast_mismatch_raises_on_every_rank(what):
     assert all(e is not None for e in errors), errors
     assert errors[0][0] == errors[1][0] == "MismatchError" and "ranks [2]" in errors[0][1]
     assert errors[2][0] != "MismatchError"  # the failed rank keeps its own error
+
+
+def _optimizer(kind: str, model: nn.Module) -> optim.Optimizer:
+    w, b = model.parameters()
+    if kind == "sgd":
+        return optim.SGD([w, b], lr=0.1, momentum=0.9)
+    if kind == "two_groups":
+        return optim.Adam([{"params": [w]}, {"params": [b], "lr": 0.001}], lr=0.01)
+    if kind == "one_param":
+        return optim.Adam([w], lr=0.01)
+    opt = optim.Adam([w, b], lr=0.01)
+    if kind == "extra_key":
+        opt.param_groups[0]["initial_lr"] = 0.01  # as an LR scheduler adds it
+    return opt
+
+
+@pytest.mark.parametrize("kind, difference", [
+    ("sgd", r"optimizer class: Adam on the root \(per-parameter state \['exp_avg', 'exp_avg_sq', 'step'\]\), "
+            r"SGD here"),
+    ("sgd_wrapped", r"optimizer class: Adam on the root .*SGD here"),  # the wrapped optimizers' classes
+    ("two_groups", r"1 parameter groups on the root, 2 here"),
+    ("one_param", r"group 0: 2 parameters on the root, 1 here"),
+    ("extra_key", r"group 0 hyperparameters: \[\] only on the root, \['initial_lr'\] only here"),
+    ("wider", r"group 0 parameter 0: shape \(2, 3\) on the root, \(3, 3\) here"),
+])
+def test_broadcast_optimizer_state_mismatch_names_the_difference_on_every_rank(kind, difference):
+    """Rank 2 builds another optimizer than the root's Adam (which has taken a step, so it has state).
+    Rank 2 raises its ValueError naming the difference; the others a MismatchError quoting it."""
+    def rank_fn(comm):
+        dist.init(comm)
+        odd = dist.rank() == 2
+        model = nn.Linear(3, 3 if odd and kind == "wider" else 2)
+        opt = _optimizer(kind.removesuffix("_wrapped") if odd else "adam", model)
+        if kind.endswith("_wrapped"):
+            opt = dist.DistributedOptimizer(opt)
+        for p in model.parameters():
+            p.grad = np.ones_like(p.data)
+        opt.step()
+        try:
+            dist.broadcast_optimizer_state(opt)
+        except ValueError as e:
+            return type(e).__name__, str(e)
+        return None
+
+    out = collectives.simulate(3, rank_fn, timeout=20)
+    assert all(o is not None for o in out), out
+    assert out[0][0] == out[1][0] == "MismatchError" and out[2][0] == "ValueError", out
+    assert all(re.search(difference, o[1]) for o in out), out
+    assert "ranks [2] could not take the root's state" in out[0][1] and "rank 2" in out[2][1]
 
 
 # ----------------------------------------------------------------------------- checkpoints

@@ -39,6 +39,8 @@ Start identical:
     ``broadcast_parameters(module_or_state, root=0)``: parameters and buffers;
     ``broadcast_optimizer_state(optimizer, root=0)``; ``broadcast_state(tree, root=0)`` for any
     nested dict of arrays and numbers (sent as bytes: JSON header + raw arrays, no pickle).
+    A rank whose model or optimizer (class, groups, hyperparameter names, shapes) differs from the
+    root's raises an error naming the difference, and every other rank a MismatchError quoting it.
 Gradient averaging:
     ``DistributedOptimizer(optimizer, allreduce="ring", op="average", fusion_bytes=64 MiB,
     compression=None, backward_passes_per_step=1)`` with ``allreduce`` one of "ring", "tree",
@@ -60,7 +62,8 @@ Data:
 Batch norm across ranks:
     ``SyncBatchNorm`` and ``convert_sync_batchnorm(module)``: batch statistics over the global batch
     (allreduce of per-channel count/sum/sum of squares forward, of the two gradient sums backward);
-    plain ``nn.BatchNorm2d`` normalizes each rank's own batch (Goyal et al.'s choice).
+    plain ``nn.BatchNorm2d`` normalizes each rank's own batch (Goyal et al.'s choice). An empty
+    local batch contributes zero counts; a rank's bad input (channels, dims, dtype) raises on every rank.
 Checkpoints:
     ``save_checkpoint(path, model, optimizer, scheduler, state={...}, rank_state={...})`` on every
     rank (rank 0 writes; per-rank state such as ``rng_state(generator)`` and LSTM hidden states is

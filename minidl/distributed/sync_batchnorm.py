@@ -17,6 +17,17 @@ The statistics are sums, so synchronizing them costs one tiny allreduce per laye
 dgamma and dbeta stay per rank; the DistributedOptimizer averages them with the other gradients.
 Every rank must run forward and backward of every SyncBatchNorm layer in the same order (they
 do, running the same model), since each is a collective call.
+
+Ranks with unusual inputs:
+
+* an empty local batch (N = 0) is allowed: it contributes zero sums and a zero count, as in
+  PyTorch's SyncBatchNorm, and gets an empty output; only an empty global batch is an error;
+* a rank whose input cannot be normalized with the others' (wrong channels or dimensions, or a
+  dtype other than the other ranks') must not raise on its own: the others would wait in the
+  allreduce forever. So the forward's allreduce carries three more numbers, summed over ranks:
+  [number of bad inputs, sum of dtype codes c, sum of c^2] (the codes agree iff their variance is
+  0: P * sum(c^2) == (sum c)^2). Good inputs cost no extra message; otherwise every rank gathers
+  each rank's input description and raises the same ``MismatchError`` naming the ranks and problems.
 """
 
 from __future__ import annotations
@@ -30,6 +41,8 @@ from minidl.distributed.context import get_comm
 from minidl.nn.module import Module
 from minidl.nn.norm import _BatchNorm
 from minidl.tensor import Tensor
+
+_SHAPE_DIMS = 6  # input dims each rank reports when some input is bad (SyncBatchNorm takes up to 5)
 
 
 class SyncBatchNorm(_BatchNorm):
@@ -51,13 +64,58 @@ class SyncBatchNorm(_BatchNorm):
 
     def forward(self, x: Tensor) -> Tensor:
         comm = get_comm(self.comm)
-        if comm.Get_size() == 1:
-            return super().forward(x)
+        batch_statistics = self.training or not self.track_running_stats
+        if comm.Get_size() == 1 or not batch_statistics:
+            return super().forward(x)  # no communication: a bad input may raise on its own rank
+        problem = self.input_problem(tuple(x.shape))
+        statistics_checked = False
 
         def reduce(sums: np.ndarray) -> np.ndarray:
-            return allreduce(comm, np.ascontiguousarray(sums), self.algorithm, "sum")
+            nonlocal statistics_checked
+            if statistics_checked:  # the backward's [sum dy, sum dy * xhat]
+                return allreduce(comm, np.ascontiguousarray(sums), self.algorithm, "sum")
+            statistics_checked = True  # the forward's [sum x, sum x^2, M], with every rank's input checked
+            return self._allreduce_checking_inputs(comm, sums, x, problem)
 
+        if problem is not None:  # join the other ranks' statistics allreduce (with zeros); it raises everywhere
+            reduce(np.zeros((3, self.num_features)))
         return super().forward(x, reduce=reduce)
+
+    def _allreduce_checking_inputs(self, comm: Any, sums: np.ndarray, x: Tensor, problem: str | None) -> np.ndarray:
+        """The allreduce of the forward's sums [3, C], which also tells every rank whether any rank's input
+        is bad or the dtypes differ (see the module docstring); if so, every rank raises the same error."""
+        code = float(ord(x.dtype.char))
+        status = np.array([problem is not None, code, code * code])
+        total = allreduce(comm, np.concatenate([sums.reshape(-1), status]), self.algorithm, "sum")
+        sums, (bad, sum_c, sum_c2) = total[:-3].reshape(sums.shape), total[-3:]
+        if bad > 0 or comm.Get_size() * sum_c2 != sum_c * sum_c:
+            self._raise_input_mismatch(comm, x)
+        return sums
+
+    def _raise_input_mismatch(self, comm: Any, x: Tensor) -> None:
+        """Gather every rank's input (ndim, dtype code, shape's first dims) and raise naming the bad ones."""
+        import collectives
+
+        row = np.zeros(2 + _SHAPE_DIMS, dtype=np.int64)
+        row[0], row[1] = x.ndim, ord(x.dtype.char)
+        row[2:2 + min(x.ndim, _SHAPE_DIMS)] = x.shape[:_SHAPE_DIMS]
+        table = collectives.allgather(comm, row)
+        lines = []
+        for r, (ndim, _, *dims) in enumerate(table.tolist()):
+            shape = tuple(dims[:ndim]) if ndim <= _SHAPE_DIMS else None
+            problem = (self.input_problem(shape) if shape is not None
+                       else f"expected at most {max(self.expected_dims)} dimensions, got a {ndim}-D input")
+            if problem is not None:
+                lines.append(f"rank {r}: {problem}")
+        dtypes: dict[str, list[int]] = {}
+        for r, code in enumerate(table[:, 1].tolist()):
+            dtypes.setdefault(np.dtype(chr(code)).name, []).append(r)
+        if len(dtypes) > 1:
+            lines.append("inputs of different dtypes: " + ", ".join(
+                f"ranks {ranks} {name}" if len(ranks) > 1 else f"rank {ranks[0]} {name}"
+                for name, ranks in dtypes.items()))
+        raise collectives.MismatchError(f"{type(self).__name__}({self.num_features}): ranks cannot normalize their "
+                                        "inputs together (every rank raises this error):\n  " + "\n  ".join(lines))
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, algorithm={self.algorithm!r}"

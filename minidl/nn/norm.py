@@ -41,8 +41,9 @@ Reduce = Callable[[np.ndarray], np.ndarray]
 
 
 def _channel_view(x: np.ndarray) -> np.ndarray:
-    """[N, C, *spatial] -> [N, C, L] (a view), so per-channel sums are over axes (0, 2)."""
-    return x.reshape(x.shape[0], x.shape[1], -1)
+    """[N, C, *spatial] -> [N, C, L] (a view), so per-channel sums are over axes (0, 2). L is spelled out:
+    NumPy cannot infer a -1 from an empty array (N = 0, a rank's empty share of a SyncBatchNorm batch)."""
+    return x.reshape(x.shape[0], x.shape[1], int(np.prod(x.shape[2:])))
 
 
 def _per_channel(v: np.ndarray, ndim: int) -> np.ndarray:
@@ -60,16 +61,20 @@ def batch_moments(x: np.ndarray, reduce: Reduce | None = None) -> tuple[np.ndarr
     """Per-channel mean and biased variance of x [N, C, *spatial], and the count M they are over.
 
     Computed from float64 sums [sum(x), sum(x^2), M]; ``reduce`` (see the module docstring) may sum
-    those over ranks first. var = sum(x^2)/M - mean^2, clipped at 0 against rounding.
+    those over ranks first. var = sum(x^2)/M - mean^2, clipped at 0 against rounding. With ``reduce``
+    an empty x (a rank's empty share of the batch) contributes zeros, as in PyTorch's SyncBatchNorm;
+    only an empty global batch is an error (raised on every rank: they all hold the same M).
     """
     count = x.size // x.shape[1]
-    if count == 0:
+    if count == 0 and reduce is None:
         raise ValueError(f"batch_norm: empty input of shape {x.shape}")
     sums = np.stack([channel_sum(x, np.float64), channel_sum(np.square(x), np.float64),
                      np.full(x.shape[1], count, dtype=np.float64)])
     if reduce is not None:
         sums = reduce(sums)
     s, ss, m = sums
+    if m[0] == 0:
+        raise ValueError(f"batch_norm: empty input on every rank (this rank's has shape {x.shape})")
     mean = s / m
     var = np.maximum(ss / m - mean * mean, 0.0)
     return mean.astype(x.dtype), var.astype(x.dtype), int(m[0])
@@ -141,8 +146,9 @@ def batch_norm(x: Tensor, running_mean: np.ndarray | None, running_var: np.ndarr
     if training:
         mean, var, count = batch_moments(x.data, reduce)
         if count < 2:
+            over_ranks = f" ({count} over all ranks)" if reduce is not None else ""
             raise ValueError(f"batch_norm: expected more than 1 value per channel when training, got input shape "
-                             f"{x.shape}")
+                             f"{x.shape}{over_ranks}")
         if running_mean is not None:
             if num_batches_tracked is not None:
                 num_batches_tracked += 1
@@ -190,11 +196,17 @@ class _BatchNorm(Module):
             self.running_var[...] = 1
             self.num_batches_tracked[...] = 0
 
-    def check_input(self, x: Tensor) -> None:
-        if x.ndim not in self.expected_dims or x.shape[1] != self.num_features:
+    def input_problem(self, shape: tuple[int, ...]) -> str | None:
+        """What is wrong with an input of this shape (None: nothing). SyncBatchNorm asks it of every rank's."""
+        if len(shape) not in self.expected_dims or shape[1] != self.num_features:
             dims = " or ".join(f"{d}-D" for d in self.expected_dims)
-            raise ValueError(f"{type(self).__name__}({self.num_features}): expected a {dims} input with "
-                             f"{self.num_features} channels in dimension 1, got shape {x.shape}")
+            return f"expected a {dims} input with {self.num_features} channels in dimension 1, got shape {shape}"
+        return None
+
+    def check_input(self, x: Tensor) -> None:
+        problem = self.input_problem(tuple(x.shape))
+        if problem is not None:
+            raise ValueError(f"{type(self).__name__}({self.num_features}): {problem}")
 
     def forward(self, x: Tensor, reduce: Reduce | None = None) -> Tensor:
         self.check_input(x)
