@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any
 
 from minidl.distributed.context import get_comm
+
+ABORT_GRACE_S = 0.5  # seconds between printing the error and MPI_Abort
 
 
 def _describe(comm: Any) -> str:
@@ -44,6 +47,9 @@ def abort_on_error(exc: BaseException, comm: Any = None, errorcode: int = 1) -> 
     sys.stderr.write(f"\n{who} aborting the job after an uncaught exception:\n{text}")
     sys.stderr.flush()
     if comm is not None and callable(getattr(comm, "Abort", None)):
+        # MPI_Abort kills every process at once, the launcher's output forwarding included: give the
+        # message a moment to travel through mpiexec first, or the job may end without saying why.
+        time.sleep(ABORT_GRACE_S)
         comm.Abort(errorcode)
 
 

@@ -8,6 +8,7 @@ the run fails loudly on every rank instead of hanging.
 
 import sys
 import tempfile
+import time
 
 import pytest
 from hypothesis import settings
@@ -34,6 +35,7 @@ def pytest_runtest_makereport(item, call):
             f"\n[rank {comm.Get_rank()} of {comm.Get_size()}] FAILED {item.nodeid}\n{report.longreprtext}\n"
         )
         sys.stderr.flush()
+        time.sleep(0.5)  # let mpiexec forward the report before MPI_Abort kills every process
         comm.Abort(1)
 
 
