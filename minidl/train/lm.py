@@ -91,6 +91,25 @@ def load_corpus(args: argparse.Namespace, preset: str) -> Corpus:
     return generated_corpus(args.corpus or GENERATED_CORPUS.get(preset, "default"), seed=0)
 
 
+def progress_line(epoch: int, window: int, steps_per_epoch: int, lr: float, mean_loss: float) -> str:
+    """The start of a training progress line: where we are, the learning rate, loss and perplexity."""
+    return (f"epoch {epoch} step {window}/{steps_per_epoch} | lr {lr:.3g} | loss {mean_loss:.3f} | "
+            f"ppl {np.exp(mean_loss):.2f}")
+
+
+def score_line(result: dict[str, Any], corpus: Corpus) -> str:
+    """"test perplexity X | corpus optimum Y (gap Z%) | unigram U", adding optimal_ppl, unigram_ppl and gap to
+    ``result`` when the corpus was generated (its true model is known); every --parallel mode reports this way."""
+    line = f"test perplexity {result['test_ppl']:.2f}"
+    if corpus.model is not None:
+        result["optimal_ppl"] = corpus.optimal_perplexity("test")
+        result["unigram_ppl"] = corpus.unigram_perplexity("test")
+        result["gap"] = result["test_ppl"] / result["optimal_ppl"] - 1.0
+        line += (f" | corpus optimum {result['optimal_ppl']:.2f} (gap {100 * result['gap']:+.1f}%)"
+                 f" | unigram {result['unigram_ppl']:.1f}")
+    return line
+
+
 def evaluate(ctx: Context, model: LSTMLanguageModel, ids: np.ndarray, batch_size: int, num_steps: int) -> float:
     """Mean cross-entropy (nats/word) over ``ids``, each rank scoring its own streams; summed over ranks."""
     data = batchify(ids, batch_size, ctx.rank, ctx.size)
@@ -185,8 +204,8 @@ def train(ctx: Context, args: argparse.Namespace, preset: str, cfg: LMConfig) ->
             if step % log_every == 0 or step == max_steps:
                 rate = speed.take()
                 total, words = ctx.sum([loss_sum, loss_words])
-                ctx.log(f"epoch {epoch} step {window}/{steps_per_epoch} | lr {cfg.lr_at(epoch):.3g} | loss "
-                        f"{total / words:.3f} | ppl {np.exp(total / words):.2f} | {rate}{split.take()}")
+                ctx.log(progress_line(epoch, window, steps_per_epoch, cfg.lr_at(epoch), total / words)
+                        + f" | {rate}{split.take()}")
                 history["train"].append((step, float(np.exp(total / words))))
                 loss_sum, loss_words = 0.0, 0
             if step >= max_steps:
@@ -211,13 +230,7 @@ def train(ctx: Context, args: argparse.Namespace, preset: str, cfg: LMConfig) ->
     result: dict[str, Any] = {"preset": preset, "steps": step, "epoch": epoch, "test_ppl": float(np.exp(test_loss)),
                               "valid_ppl": valid_ppl, "seconds": elapsed, "words_per_s": speed.overall(),
                               "ranks": ctx.size, "history": history, "params": common.snapshot(model)}
-    line = f"test perplexity {result['test_ppl']:.2f}"
-    if corpus.model is not None:
-        result["optimal_ppl"] = corpus.optimal_perplexity("test")
-        result["unigram_ppl"] = corpus.unigram_perplexity("test")
-        result["gap"] = result["test_ppl"] / result["optimal_ppl"] - 1.0
-        line += (f" | corpus optimum {result['optimal_ppl']:.2f} (gap {100 * result['gap']:+.1f}%)"
-                 f" | unigram {result['unigram_ppl']:.1f}")
+    line = score_line(result, corpus)
     common.print_footer(ctx, opt, args, line, step, elapsed, speed)
     return result
 

@@ -209,8 +209,8 @@ def train_lm(ctx: Context, args: argparse.Namespace, preset: str, cfg: Any) -> d
             if step % log_every == 0 or step == max_steps:
                 rate, sent = speed.take(), traffic.take()
                 total, words = ctx.sum([loss_sum, loss_words])
-                ctx.log(f"epoch {epoch} step {window}/{steps_per_epoch} | lr {cfg.lr_at(epoch):.3g} | loss "
-                        f"{total / words:.3f} | ppl {np.exp(total / words):.2f} | {rate}{sent}")
+                ctx.log(lm.progress_line(epoch, window, steps_per_epoch, cfg.lr_at(epoch), total / words)
+                        + f" | {rate}{sent}")
                 history["train"].append((step, float(np.exp(total / words))))
                 loss_sum, loss_words = 0.0, 0
             if step >= max_steps:
@@ -234,11 +234,8 @@ def train_lm(ctx: Context, args: argparse.Namespace, preset: str, cfg: Any) -> d
                               "valid_ppl": valid_ppl, "seconds": elapsed, "words_per_s": speed.overall(),
                               "ranks": ctx.size, "history": history, "bytes_per_step": per_rank,
                               "params": params if ctx.rank == 0 else None}
-    line = f"test perplexity {test_ppl:.2f}"
-    if corpus.model is not None:
-        result["optimal_ppl"] = corpus.optimal_perplexity("test")
-        line += f" | corpus optimum {result['optimal_ppl']:.2f}"
-    ctx.log(f"{line} | {step} steps in {common.format_duration(elapsed)}, {result['words_per_s']:,.0f} words/s "
+    ctx.log(f"{lm.score_line(result, corpus)} | {step} steps in {common.format_duration(elapsed)}, "
+            f"{result['words_per_s']:,.0f} words/s "
             f"on {ctx.size} ranks ({args.parallel} parallel)")
     _report_traffic(ctx, per_rank)
     _save(ctx, args, params, step)

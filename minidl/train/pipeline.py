@@ -193,7 +193,7 @@ def run_lm(args: argparse.Namespace, ctx: Any, cfg: Any, corpus: Any, preset: st
         result["peak_stashed"] = [int(a[0]) for a in peaks]
         ctx.log(f"last step: measured bubble {result['bubble']:.3f} vs (p-1)/(m+p-1) = {result['bubble_formula']:.3f}"
                 f" | micro-batches held per stage (peak): {result['peak_stashed']}")
-    ctx.log(f"test perplexity {test_ppl:.2f} | {step} steps in {elapsed:.1f} s, {result['words_per_s']:,.0f} words/s")
+    ctx.log(f"{lm.score_line(result, corpus)} | {step} steps in {elapsed:.1f} s, {result['words_per_s']:,.0f} words/s")
     state = gather_state_dict(stage, 0, grid.pp_comm) if grid.replica == 0 else None
     if state is not None:
         result["params"] = state

@@ -315,11 +315,8 @@ def train_lm(ctx: Context, args: argparse.Namespace, preset: str, cfg: Any) -> d
     words_per_s = scheme.workers * total * B * T / run["seconds"]
     result = {**run, "preset": preset, "steps": total, "test_ppl": test_ppl, "words_per_s": words_per_s,
               "params": common.snapshot(model)}
-    line = f"test perplexity {test_ppl:.2f}"
-    if corpus.model is not None:
-        result["optimal_ppl"] = corpus.optimal_perplexity("test")
-        line += f" | corpus optimum {result['optimal_ppl']:.2f}"
-    ctx.log(f"{line} | {total} steps/worker in {common.format_duration(run['seconds'])} on {ctx.size} ranks, "
+    ctx.log(f"{lm.score_line(result, corpus)} | {total} steps/worker in {common.format_duration(run['seconds'])} "
+            f"on {ctx.size} ranks, "
             f"{words_per_s:,.0f} words/s")
     scheme.report(result)
     return result
