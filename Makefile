@@ -70,6 +70,7 @@ bench: install
 
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis .ruff_cache

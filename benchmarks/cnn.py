@@ -35,8 +35,7 @@ sys.path.insert(0, ROOT)
 def _batches(batch: int, n: int, image: int) -> tuple[np.ndarray, np.ndarray]:
     """n batches of random images [B, 3, S, S] and labels (speed does not depend on the values)."""
     rng = np.random.default_rng(0)
-    return (rng.standard_normal((n, batch, 3, image, image), dtype=np.float32),
-            rng.integers(0, 10, size=(n, batch)))
+    return (rng.standard_normal((n, batch, 3, image, image), dtype=np.float32), rng.integers(0, 10, size=(n, batch)))
 
 
 def _minidl_model(depth: int):
@@ -110,14 +109,38 @@ def run_torch(args) -> float:
 
 def _child(args) -> None:
     step_s, loss = (run_minidl if args.child == "minidl" else run_torch)(args)
-    print(json.dumps({"impl": args.child, "images_per_s": args.batch / step_s, "ms_per_step": 1e3 * step_s,
-                      "loss": loss, "peak_rss_mb": peak_rss_mb()}))
+    print(
+        json.dumps(
+            {
+                "impl": args.child,
+                "images_per_s": args.batch / step_s,
+                "ms_per_step": 1e3 * step_s,
+                "loss": loss,
+                "peak_rss_mb": peak_rss_mb(),
+            }
+        )
+    )
 
 
 def _spawn(impl: str, args) -> dict | None:
-    return spawn(__file__, ["--child", impl, "--batch", str(args.batch), "--steps", str(args.steps),
-                            "--warmup", str(args.warmup), "--depth", str(args.depth), "--image", str(args.image)]
-                 + (["--profile"] if args.profile else []))
+    return spawn(
+        __file__,
+        [
+            "--child",
+            impl,
+            "--batch",
+            str(args.batch),
+            "--steps",
+            str(args.steps),
+            "--warmup",
+            str(args.warmup),
+            "--depth",
+            str(args.depth),
+            "--image",
+            str(args.image),
+        ]
+        + (["--profile"] if args.profile else []),
+    )
 
 
 def main() -> None:
@@ -137,8 +160,10 @@ def main() -> None:
     if args.child:
         _child(args)
         return
-    print(f"ResNet-{args.depth} on {args.image}x{args.image}x3, batch {args.batch}, SGD momentum 0.9; "
-          f"median of {args.steps} timed steps after {args.warmup} warm-up, best of {args.rounds} rounds, 1 thread")
+    print(
+        f"ResNet-{args.depth} on {args.image}x{args.image}x3, batch {args.batch}, SGD momentum 0.9; "
+        f"median of {args.steps} timed steps after {args.warmup} warm-up, best of {args.rounds} rounds, 1 thread"
+    )
     try:
         import torch  # noqa: F401
 
@@ -155,8 +180,10 @@ def main() -> None:
                 results[name] = r
     for name, r in results.items():
         if r:
-            print(f"{name:>7}: {r['images_per_s']:8.1f} images/s  {r['ms_per_step']:7.1f} ms/step  "
-                  f"peak RSS {r['peak_rss_mb']:6.0f} MB  (last loss {r['loss']:.3f})")
+            print(
+                f"{name:>7}: {r['images_per_s']:8.1f} images/s  {r['ms_per_step']:7.1f} ms/step  "
+                f"peak RSS {r['peak_rss_mb']:6.0f} MB  (last loss {r['loss']:.3f})"
+            )
     if results.get("minidl") and results.get("torch"):
         ratio = results["minidl"]["images_per_s"] / results["torch"]["images_per_s"]
         print(f"  ratio: minidl / torch = {ratio:.2f}x images/s (target >= 0.6x)")

@@ -54,8 +54,11 @@ def main() -> None:
     def scale_only():  # the floor: the x * w multiply and its backward, shared by both
         ((minidl.Tensor(x) * w).sum()).backward()
 
-    results = {"minidl fused": best_ms(fused, args.repeats), "minidl composed": best_ms(composed, args.repeats),
-               "minidl x*w only (floor)": best_ms(scale_only, args.repeats)}
+    results = {
+        "minidl fused": best_ms(fused, args.repeats),
+        "minidl composed": best_ms(composed, args.repeats),
+        "minidl x*w only (floor)": best_ms(scale_only, args.repeats),
+    }
     try:
         import torch
 

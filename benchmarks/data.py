@@ -59,9 +59,11 @@ def main() -> None:
 
     corpus = generated_corpus("quick" if args.quick else "default")
     print(f"{corpus}")
-    print(f"  test perplexity: optimal {corpus.optimal_perplexity('test'):.2f} | "
-          f"bigram {bigram_perplexity(corpus.train, corpus.test, len(corpus.vocab)):.2f} | "
-          f"unigram {corpus.unigram_perplexity('test'):.2f}")
+    print(
+        f"  test perplexity: optimal {corpus.optimal_perplexity('test'):.2f} | "
+        f"bigram {bigram_perplexity(corpus.train, corpus.test, len(corpus.vocab)):.2f} | "
+        f"unigram {corpus.unigram_perplexity('test'):.2f}"
+    )
 
     for channels in (1, 3):
         t = best_time(lambda c=channels: make_shapes(images, channels=c), args.rounds)

@@ -34,8 +34,15 @@ def _result(impl: str, times: list[tuple[float, float]], words: int, loss: float
     import numpy as np
 
     wall, cpu = np.median(np.array(times), axis=0)
-    return {"impl": impl, "words_per_s": words / wall, "ms_per_step": 1e3 * wall, "cpu_words_per_s": words / cpu,
-            "cpu_ms_per_step": 1e3 * cpu, "loss": loss, "peak_rss_mb": peak_rss_mb()}
+    return {
+        "impl": impl,
+        "words_per_s": words / wall,
+        "ms_per_step": 1e3 * wall,
+        "cpu_words_per_s": words / cpu,
+        "cpu_ms_per_step": 1e3 * cpu,
+        "loss": loss,
+        "peak_rss_mb": peak_rss_mb(),
+    }
 
 
 def _tokens(vocab: int, T: int, B: int, n: int):
@@ -53,8 +60,9 @@ def run_minidl(cfg: dict, steps: int, warmup: int, profile: bool) -> dict:
     from minidl.models import LSTMLanguageModel
 
     minidl.random.manual_seed(0)
-    model = LSTMLanguageModel(cfg["vocab_size"], cfg["hidden_size"], cfg["num_layers"], cfg["dropout"],
-                              init_scale=cfg["init_scale"])
+    model = LSTMLanguageModel(
+        cfg["vocab_size"], cfg["hidden_size"], cfg["num_layers"], cfg["dropout"], init_scale=cfg["init_scale"]
+    )
     params = list(model.parameters())
     opt = optim.SGD(params, lr=cfg["lr"])
     T, B = cfg["num_steps"], cfg["batch_size"]
@@ -147,8 +155,11 @@ def _child(args) -> None:
 
 
 def _spawn(impl: str, args) -> dict | None:
-    return spawn(__file__, ["--child", impl, "--preset", args.preset, "--steps", str(args.steps),
-                            "--warmup", str(args.warmup)] + (["--profile"] if args.profile else []))
+    return spawn(
+        __file__,
+        ["--child", impl, "--preset", args.preset, "--steps", str(args.steps), "--warmup", str(args.warmup)]
+        + (["--profile"] if args.profile else []),
+    )
 
 
 def main() -> None:
@@ -165,8 +176,10 @@ def main() -> None:
         _child(args)
         return
     cfg = _config(args.preset)
-    print(f"LSTM LM '{args.preset}': vocab {cfg['vocab_size']}, {cfg['num_layers']} x {cfg['hidden_size']}, "
-          f"T={cfg['num_steps']}, B={cfg['batch_size']}; best of {args.repeats} runs of {args.steps} steps, 1 thread")
+    print(
+        f"LSTM LM '{args.preset}': vocab {cfg['vocab_size']}, {cfg['num_layers']} x {cfg['hidden_size']}, "
+        f"T={cfg['num_steps']}, B={cfg['batch_size']}; best of {args.repeats} runs of {args.steps} steps, 1 thread"
+    )
     impls = ["minidl"]
     try:
         import torch  # noqa: F401
@@ -185,13 +198,17 @@ def main() -> None:
                 results[name] = r
     for name, r in results.items():
         if r:
-            print(f"{name:>7}: {r['cpu_words_per_s']:7.0f} words/CPU-s ({r['cpu_ms_per_step']:6.1f} ms)   "
-                  f"{r['words_per_s']:7.0f} words/s wall ({r['ms_per_step']:6.1f} ms)   "
-                  f"peak RSS {r['peak_rss_mb']:5.0f} MB   last loss {r['loss']:.3f}")
+            print(
+                f"{name:>7}: {r['cpu_words_per_s']:7.0f} words/CPU-s ({r['cpu_ms_per_step']:6.1f} ms)   "
+                f"{r['words_per_s']:7.0f} words/s wall ({r['ms_per_step']:6.1f} ms)   "
+                f"peak RSS {r['peak_rss_mb']:5.0f} MB   last loss {r['loss']:.3f}"
+            )
     if results.get("minidl") and results.get("torch"):
         m, t = results["minidl"], results["torch"]
-        print(f"  ratio minidl / torch: {m['cpu_words_per_s'] / t['cpu_words_per_s']:.2f}x (CPU time), "
-              f"{m['words_per_s'] / t['words_per_s']:.2f}x (wall clock)")
+        print(
+            f"  ratio minidl / torch: {m['cpu_words_per_s'] / t['cpu_words_per_s']:.2f}x (CPU time), "
+            f"{m['words_per_s'] / t['words_per_s']:.2f}x (wall clock)"
+        )
 
 
 if __name__ == "__main__":

@@ -61,14 +61,18 @@ def main(argv: list[str] | None = None) -> list[C.SchemeResult] | None:
         return None
     P = comm.Get_size()
     nbytes = sum(p.data.nbytes for p in task.make_model().parameters())
-    print(f"{task.name}: {nbytes / 1024:.1f} KiB of parameters; {P} ranks, {args.steps} steps per worker, "
-          f"batch {args.batch_size} per worker")
+    print(
+        f"{task.name}: {nbytes / 1024:.1f} KiB of parameters; {P} ranks, {args.steps} steps per worker, "
+        f"batch {args.batch_size} per worker"
+    )
     print(C.format_table(results))
     print("\npredicted KiB per step (sent + received, headers aside):")
     print(f"  allreduce (ring), every rank: 4 (P-1)/P x model = {C.allreduce_bytes_per_rank(nbytes, P) / 1024:.1f}")
     W = P - args.servers
-    print(f"  parameter server, a server: 2 W/S x model = {C.server_bytes_per_step(nbytes, W, args.servers) / 1024:.1f}"
-          f"; a worker: 2 x model = {2 * (nbytes + HEADER_BYTES) / 1024:.1f}")
+    print(
+        f"  parameter server, a server: 2 W/S x model = {C.server_bytes_per_step(nbytes, W, args.servers) / 1024:.1f}"
+        f"; a worker: 2 x model = {2 * (nbytes + HEADER_BYTES) / 1024:.1f}"
+    )
     print(f"  local SGD: allreduce / k = {C.allreduce_bytes_per_rank(nbytes, P) / args.average_every / 1024:.1f}")
     for r in results:
         if r.staleness.size:
@@ -79,13 +83,26 @@ def main(argv: list[str] | None = None) -> list[C.SchemeResult] | None:
         print(f"plot: {args.plot}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump([{"scheme": r.label, "ranks": r.ranks, "servers": r.servers, "workers": r.workers,
-                        "samples_per_second": r.samples_per_second, "bytes_per_step_max": r.bytes_per_step_max,
-                        "bytes_per_step_worker": r.bytes_per_step_worker, "final_loss": r.final_loss,
+            json.dump(
+                [
+                    {
+                        "scheme": r.label,
+                        "ranks": r.ranks,
+                        "servers": r.servers,
+                        "workers": r.workers,
+                        "samples_per_second": r.samples_per_second,
+                        "bytes_per_step_max": r.bytes_per_step_max,
+                        "bytes_per_step_worker": r.bytes_per_step_worker,
+                        "final_loss": r.final_loss,
                         "train_loss_last10": float(np.mean(r.loss_curve[-10:])),
                         "staleness_mean": float(r.staleness.mean()) if r.staleness.size else None,
-                        "staleness_max": int(r.staleness.max()) if r.staleness.size else None} for r in results],
-                      f, indent=1)
+                        "staleness_max": int(r.staleness.max()) if r.staleness.size else None,
+                    }
+                    for r in results
+                ],
+                f,
+                indent=1,
+            )
     return results
 
 

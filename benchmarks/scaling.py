@@ -66,8 +66,11 @@ def worker(args: argparse.Namespace) -> None:
         model = LSTMLanguageModel(VOCAB, HIDDEN, LAYERS, dropout=0.0, init_scale=0.1)
         dist.broadcast_parameters(model)
         base = optim.SGD(model.parameters(), lr=1.0)
-        opt = base if algorithm == "none" else dist.DistributedOptimizer(
-            base, allreduce=algorithm, compression=args.compression)
+        opt = (
+            base
+            if algorithm == "none"
+            else dist.DistributedOptimizer(base, allreduce=algorithm, compression=args.compression)
+        )
         state = None
         times = []
         for i, window in enumerate(windows):
@@ -93,10 +96,20 @@ def worker(args: argparse.Namespace) -> None:
             step = float(slowest[0])
         breakdown = opt.timings.mean() if algorithm != "none" else {}
         if rank == 0:
-            print(json.dumps({"P": P, "algorithm": algorithm, "compression": args.compression,
-                              "ms_per_step": 1e3 * step, "words_per_s": P * words / step,
-                              "words_per_s_per_rank": words / step,
-                              **{f"{k}_ms": 1e3 * v for k, v in breakdown.items()}}), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "P": P,
+                        "algorithm": algorithm,
+                        "compression": args.compression,
+                        "ms_per_step": 1e3 * step,
+                        "words_per_s": P * words / step,
+                        "words_per_s_per_rank": words / step,
+                        **{f"{k}_ms": 1e3 * v for k, v in breakdown.items()},
+                    }
+                ),
+                flush=True,
+            )
 
 
 # ----------------------------------------------------------------------------- the driver
@@ -110,8 +123,17 @@ def rank_counts(max_ranks: int) -> list[int]:
 
 def launch(P: int, args: argparse.Namespace) -> list[dict]:
     mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--steps", str(args.steps),
-           "--warmup", str(args.warmup), "--algorithms", args.algorithms]
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--worker",
+        "--steps",
+        str(args.steps),
+        "--warmup",
+        str(args.warmup),
+        "--algorithms",
+        args.algorithms,
+    ]
     if args.compression:
         cmd += ["--compression", args.compression]
     if mpiexec:
@@ -128,16 +150,22 @@ def launch(P: int, args: argparse.Namespace) -> list[dict]:
 def table(rows: list[dict]) -> str:
     base = next((r["words_per_s"] for r in rows if r["P"] == 1), None)
     t1 = next((r["ms_per_step"] for r in rows if r["P"] == 1), None)
-    head = (f"{'P':>3}  {'algorithm':<19}{'words/s':>9}{'per rank':>10}{'effic.':>8}"
-            f"{'ms/step':>9}{'compute':>9}{'wait':>7}{'comm':>7}{'comm-only eff.':>16}")
+    head = (
+        f"{'P':>3}  {'algorithm':<19}{'words/s':>9}{'per rank':>10}{'effic.':>8}"
+        f"{'ms/step':>9}{'compute':>9}{'wait':>7}{'comm':>7}{'comm-only eff.':>16}"
+    )
     lines = [head, "-" * len(head)]
     for r in rows:
         eff = f"{100 * r['words_per_s'] / (r['P'] * base):.0f}%" if base else "-"
-        parts = "".join(f"{r[k]:>{w}.1f}" if k in r else f"{'-':>{w}}"
-                        for k, w in (("compute_ms", 9), ("wait_ms", 7), ("communication_ms", 7)))
+        parts = "".join(
+            f"{r[k]:>{w}.1f}" if k in r else f"{'-':>{w}}"
+            for k, w in (("compute_ms", 9), ("wait_ms", 7), ("communication_ms", 7))
+        )
         bound = f"{100 * t1 / (t1 + r['communication_ms']):.0f}%" if t1 and "communication_ms" in r else "-"
-        lines.append(f"{r['P']:>3}  {r['algorithm']:<19}{r['words_per_s']:>9.0f}{r['words_per_s_per_rank']:>10.0f}"
-                     f"{eff:>8}{r['ms_per_step']:>9.1f}{parts}{bound:>16}")
+        lines.append(
+            f"{r['P']:>3}  {r['algorithm']:<19}{r['words_per_s']:>9.0f}{r['words_per_s_per_rank']:>10.0f}"
+            f"{eff:>8}{r['ms_per_step']:>9.1f}{parts}{bound:>16}"
+        )
     return "\n".join(lines)
 
 
@@ -173,12 +201,14 @@ def main() -> None:
                 key = (row["P"], row["algorithm"])
                 if key not in best or row["words_per_s"] > best[key]["words_per_s"]:
                     best[key] = row
-    rows = sorted(best.values(), key=lambda r: (r["P"], ALGORITHMS.index(r["algorithm"])
-                                                 if r["algorithm"] in ALGORITHMS else -1))
-    print(f"Zaremba-small LSTM LM (vocab {VOCAB}, {LAYERS}x{HIDDEN}, T={T}, b={B} per rank), "
-          f"weak scaling, compression={args.compression}, "
-          + (f"rows from {args.from_json}" if args.from_json
-             else f"median of {args.steps} steps, best of {args.repeats}"))
+    rows = sorted(
+        best.values(), key=lambda r: (r["P"], ALGORITHMS.index(r["algorithm"]) if r["algorithm"] in ALGORITHMS else -1)
+    )
+    print(
+        f"Zaremba-small LSTM LM (vocab {VOCAB}, {LAYERS}x{HIDDEN}, T={T}, b={B} per rank), "
+        f"weak scaling, compression={args.compression}, "
+        + (f"rows from {args.from_json}" if args.from_json else f"median of {args.steps} steps, best of {args.repeats}")
+    )
     print(table(rows))
     for P in sorted({r["P"] for r in rows if r["P"] > 1}):
         top = max((r for r in rows if r["P"] == P), key=lambda r: r["words_per_s"])

@@ -63,8 +63,15 @@ def time_calls(comm, calls: dict, repeats: int) -> tuple[dict, dict]:
     return {name: float(np.median(times[j])) for j, name in enumerate(calls)}, results
 
 
-def run(comm, sizes: list[int], algorithms: list[str], dtype: np.dtype, check: bool = True,
-        repeats: int | None = None, echo: bool = True) -> list[dict]:
+def run(
+    comm,
+    sizes: list[int],
+    algorithms: list[str],
+    dtype: np.dtype,
+    check: bool = True,
+    repeats: int | None = None,
+    echo: bool = True,
+) -> list[dict]:
     """Benchmark rows (dicts) for every size and algorithm; rank 0 prints each row as it comes when ``echo``."""
     from mpi4py import MPI
 
@@ -95,26 +102,39 @@ def run(comm, sizes: list[int], algorithms: list[str], dtype: np.dtype, check: b
                 if check and p > 1 and (chosen != "recursive_doubling" or x.nbytes > INLINE):
                     predicted += cost.predict_check(p)  # short recursive doubling is its own check
             algbw = x.nbytes / t / 1e9 if t > 0 else 0.0
-            rows.append({
-                "p": p, "size": x.nbytes, "count": count, "dtype": dtype.name,
-                "algorithm": name if name != "auto" else f"auto({chosen})",
-                "time_us": t * 1e6, "algbw_GBps": algbw, "busbw_GBps": algbw * 2 * (p - 1) / p,
-                "wrong": int(wrong[0]), "x_mpi_time": t / times["mpi"] if times["mpi"] > 0 else float("nan"),
-                "predicted_us": None if predicted is None else predicted * 1e6, "repeats": reps,
-            })
+            rows.append(
+                {
+                    "p": p,
+                    "size": x.nbytes,
+                    "count": count,
+                    "dtype": dtype.name,
+                    "algorithm": name if name != "auto" else f"auto({chosen})",
+                    "time_us": t * 1e6,
+                    "algbw_GBps": algbw,
+                    "busbw_GBps": algbw * 2 * (p - 1) / p,
+                    "wrong": int(wrong[0]),
+                    "x_mpi_time": t / times["mpi"] if times["mpi"] > 0 else float("nan"),
+                    "predicted_us": None if predicted is None else predicted * 1e6,
+                    "repeats": reps,
+                }
+            )
             if rank == 0 and echo:
                 print(format_row(rows[-1]), flush=True)
     return rows
 
 
-HEADER = (f"{'size':>8} {'count':>10} {'dtype':>8} {'algorithm':>28} {'time(us)':>11} {'algbw':>7} {'busbw':>7} "
-          f"{'#wrong':>6} {'xMPI':>6} {'model(us)':>10}")
+HEADER = (
+    f"{'size':>8} {'count':>10} {'dtype':>8} {'algorithm':>28} {'time(us)':>11} {'algbw':>7} {'busbw':>7} "
+    f"{'#wrong':>6} {'xMPI':>6} {'model(us)':>10}"
+)
 
 
 def format_row(r: dict) -> str:
     model = f"{r['predicted_us']:10.1f}" if r["predicted_us"] is not None else f"{'-':>10}"
-    return (f"{human(r['size']):>8} {r['count']:>10} {r['dtype']:>8} {r['algorithm']:>28} {r['time_us']:11.1f} "
-            f"{r['algbw_GBps']:7.2f} {r['busbw_GBps']:7.2f} {r['wrong']:>6} {r['x_mpi_time']:6.2f} {model}")
+    return (
+        f"{human(r['size']):>8} {r['count']:>10} {r['dtype']:>8} {r['algorithm']:>28} {r['time_us']:11.1f} "
+        f"{r['algbw_GBps']:7.2f} {r['busbw_GBps']:7.2f} {r['wrong']:>6} {r['x_mpi_time']:6.2f} {model}"
+    )
 
 
 def plot(rows: list[dict], path: str) -> None:
@@ -157,9 +177,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
     algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
     params = cost.get_params() if args.no_calibrate else cost.calibrate(comm)
     if rank == 0 and not args.json:
-        print(f"# allreduce benchmark: p = {p}, dtype {dtype.name}, check={'off' if args.no_check else 'on'}; "
-              f"cost model alpha = {params.alpha * 1e6:.2f} us, beta = {params.beta * 1e9:.3f} ns/B, "
-              f"gamma = {params.gamma * 1e9:.3f} ns/B ({'built-in' if args.no_calibrate else 'calibrated'})")
+        print(
+            f"# allreduce benchmark: p = {p}, dtype {dtype.name}, check={'off' if args.no_check else 'on'}; "
+            f"cost model alpha = {params.alpha * 1e6:.2f} us, beta = {params.beta * 1e9:.3f} ns/B, "
+            f"gamma = {params.gamma * 1e9:.3f} ns/B ({'built-in' if args.no_calibrate else 'calibrated'})"
+        )
         print("# algbw, busbw in GB/s; xMPI = time / MPI.Allreduce time; model = cost-model prediction")
         print(HEADER, flush=True)
     rows = run(comm, sizes, algorithms, dtype, not args.no_check, args.repeats, echo=not args.json)

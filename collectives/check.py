@@ -128,8 +128,7 @@ def handshake(comm: Any, head: bytes, x: np.ndarray = NOTHING, f: np.ufunc | Non
         comm.Recv(room, rank - 1, TAG_CHECK)
         mine, agreed = _merge(room, expected, mine, f, lower=True)
     for peer in fold.doubling_peers:
-        comm.Sendrecv(b"".join((head, AGREED if agreed else DIFFERS, mine)), peer, TAG_CHECK,
-                      room, peer, TAG_CHECK)
+        comm.Sendrecv(b"".join((head, AGREED if agreed else DIFFERS, mine)), peer, TAG_CHECK, room, peer, TAG_CHECK)
         if agreed:
             mine, agreed = _merge(room, expected, mine, f, lower=peer < rank)
     if fold.extra:  # fold out: 2i+1 hands the answer (and result) back to 2i
@@ -137,8 +136,9 @@ def handshake(comm: Any, head: bytes, x: np.ndarray = NOTHING, f: np.ufunc | Non
     return mine, agreed
 
 
-def _merge(room: np.ndarray, expected: bytes, mine: np.ndarray, f: np.ufunc | None,
-           lower: bool) -> tuple[np.ndarray, bool]:
+def _merge(
+    room: np.ndarray, expected: bytes, mine: np.ndarray, f: np.ufunc | None, lower: bool
+) -> tuple[np.ndarray, bool]:
     """One received handshake message: (f of the two partial results, True) if the sender agrees, else (mine, False)."""
     if room[:PREFIX].tobytes() != expected:
         return mine, False

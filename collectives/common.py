@@ -60,8 +60,9 @@ def block_bounds(n: int, parts: int) -> list[int]:
     return [i * q + min(i, r) for i in range(parts + 1)]
 
 
-def combine(f: np.ufunc, mine: np.ndarray, theirs: np.ndarray, theirs_is_lower: bool,
-            out: np.ndarray | None = None) -> np.ndarray:
+def combine(
+    f: np.ufunc, mine: np.ndarray, theirs: np.ndarray, theirs_is_lower: bool, out: np.ndarray | None = None
+) -> np.ndarray:
     """f(lower, upper) into ``out`` (a new array if None): the operands always in rank order.
 
     Both ranks of an exchange then compute exactly the same bits (even for NaN payloads and

@@ -129,9 +129,11 @@ def messages_per_rank(algorithm: str, p: int) -> list[int]:
     if algorithm == "naive":
         return [p - 1] + [1] * (p - 1)
     if algorithm == "tree":  # one send up (except the root) plus one per child in the binomial tree
+
         def children(r: int) -> int:
             limit = r & -r if r else p  # children r + 2^j for 2^j below r's lowest set bit
             return sum(1 for j in range(p.bit_length()) if 2**j < limit and r + 2**j < p)
+
         return [int(r != 0) + children(r) for r in range(p)]
     if algorithm == "ring":
         return [2 * (p - 1)] * p

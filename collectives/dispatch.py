@@ -97,7 +97,7 @@ def allgather(comm: Any, x: Any, algorithm: str = "ring") -> np.ndarray:
     x, _ = agree(comm, x, None, f"{algorithm}.allgather")
     rank, p, m = comm.Get_rank(), comm.Get_size(), x.size
     out = np.empty(p * m, dtype=x.dtype)
-    out[rank * m:(rank + 1) * m] = x
+    out[rank * m : (rank + 1) * m] = x
     if algorithm == "ring":
         ring.allgather_into(comm, out, [r * m for r in range(p + 1)])
     else:

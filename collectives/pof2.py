@@ -92,7 +92,7 @@ def doubling_allgather(comm: Any, buf: np.ndarray, seg: list[int], fold: Fold, t
         partner = j ^ mask
         mine, theirs = j - j % mask, partner - partner % mask  # first segment of each side's group
         peer = fold.rank_of(partner)
-        comm.Sendrecv(buf[seg[mine]:seg[mine + mask]], peer, tag, buf[seg[theirs]:seg[theirs + mask]], peer, tag)
+        comm.Sendrecv(buf[seg[mine] : seg[mine + mask]], peer, tag, buf[seg[theirs] : seg[theirs + mask]], peer, tag)
         mask <<= 1
 
 
@@ -105,9 +105,9 @@ def allgather_blocks(comm: Any, buf: np.ndarray, block: int, tag: int = TAG_ALLG
     rank, p = comm.Get_rank(), comm.Get_size()
     fold = fold_of(rank, p)
     if fold.extra and fold.newrank < 0:
-        comm.Send(buf[rank * block:(rank + 1) * block], rank + 1, tag)
+        comm.Send(buf[rank * block : (rank + 1) * block], rank + 1, tag)
     elif fold.extra:
-        comm.Recv(buf[(rank - 1) * block:rank * block], rank - 1, tag)
+        comm.Recv(buf[(rank - 1) * block : rank * block], rank - 1, tag)
     if fold.newrank >= 0:
         seg = [block * fold.first_rank_of(j) for j in range(fold.pof2)] + [block * p]
         doubling_allgather(comm, buf, seg, fold, tag)

@@ -54,7 +54,7 @@ def halving_into(comm: Any, mine: np.ndarray, acc: np.ndarray, f: np.ufunc, seg:
         if mine is not acc:  # first step from x: receive straight into the result
             theirs = acc[k0:k1]
         elif free[1] - free[0] >= k1 - k0:
-            theirs = acc[free[0]:free[0] + k1 - k0]
+            theirs = acc[free[0] : free[0] + k1 - k0]
         else:
             theirs = np.empty(k1 - k0, dtype=acc.dtype)
         peer = fold.rank_of(partner)
@@ -99,9 +99,9 @@ def reduce_scatter(comm: Any, x: Any, op: str = "sum") -> np.ndarray:
         halving_into(comm, mine, acc, f, seg, fold)
     if p == 1:
         acc[...] = x
-    block = acc[b[rank]:b[rank + 1]]
+    block = acc[b[rank] : b[rank + 1]]
     if fold.extra and fold.newrank < 0:
         comm.Recv(block, rank + 1, TAG_FOLD)
     elif fold.extra:
-        comm.Send(acc[b[rank - 1]:b[rank]], rank - 1, TAG_FOLD)
+        comm.Send(acc[b[rank - 1] : b[rank]], rank - 1, TAG_FOLD)
     return block.copy()

@@ -35,9 +35,9 @@ def reduce_scatter_into(comm: Any, x: np.ndarray, acc: np.ndarray, f: np.ufunc, 
     for s in range(p - 1):
         send, recv = (rank - s - 1) % p, (rank - s - 2) % p
         src = x if s == 0 else acc  # block r-1 goes out as it is; later blocks are partial sums
-        part = acc[b[recv]:b[recv + 1]]
-        comm.Sendrecv(src[b[send]:b[send + 1]], right, TAG_REDUCE_SCATTER, part, left, TAG_REDUCE_SCATTER)
-        f(part, x[b[recv]:b[recv + 1]], out=part)
+        part = acc[b[recv] : b[recv + 1]]
+        comm.Sendrecv(src[b[send] : b[send + 1]], right, TAG_REDUCE_SCATTER, part, left, TAG_REDUCE_SCATTER)
+        f(part, x[b[recv] : b[recv + 1]], out=part)
     if p == 1:
         acc[...] = x
 
@@ -48,7 +48,7 @@ def allgather_into(comm: Any, buf: np.ndarray, b: list[int]) -> None:
     right, left = (rank + 1) % p, (rank - 1) % p
     for s in range(p - 1):
         send, recv = (rank - s) % p, (rank - s - 1) % p
-        comm.Sendrecv(buf[b[send]:b[send + 1]], right, TAG_ALLGATHER, buf[b[recv]:b[recv + 1]], left, TAG_ALLGATHER)
+        comm.Sendrecv(buf[b[send] : b[send + 1]], right, TAG_ALLGATHER, buf[b[recv] : b[recv + 1]], left, TAG_ALLGATHER)
 
 
 def allreduce(comm: Any, x: Any, op: str = "sum", check: bool = True) -> np.ndarray:
@@ -72,5 +72,4 @@ def reduce_scatter(comm: Any, x: Any, op: str = "sum") -> np.ndarray:
     rank, b = comm.Get_rank(), block_bounds(x.size, comm.Get_size())
     acc = np.empty_like(x)
     reduce_scatter_into(comm, x, acc, f, b)
-    return acc[b[rank]:b[rank + 1]].copy()
-
+    return acc[b[rank] : b[rank + 1]].copy()

@@ -162,8 +162,9 @@ class _World:
         with self.lock:
             self._check_abort()
             if request.kind == "send":
-                request.message = Message(self.clock[request.owner], request.owner, request.peer, request.tag,
-                                          request.buf.size)
+                request.message = Message(
+                    self.clock[request.owner], request.owner, request.peer, request.tag, request.buf.size
+                )
                 if request.context == _P2P:
                     self.messages.append(request.message)
                 queue, mine = self.posted[request.peer], self.unexpected[request.peer]
@@ -271,11 +272,7 @@ class _World:
 
 
 def _matches(recv: Request, send: Request) -> bool:
-    return (
-        recv.context == send.context
-        and recv.peer in (send.owner, ANY_SOURCE)
-        and recv.tag in (send.tag, ANY_TAG)
-    )
+    return recv.context == send.context and recv.peer in (send.owner, ANY_SOURCE) and recv.tag in (send.tag, ANY_TAG)
 
 
 class SimulatedComm:
@@ -330,8 +327,16 @@ class SimulatedComm:
     def Recv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> None:
         self.Irecv(buf, source, tag, _call="Recv").Wait(status)
 
-    def Sendrecv(self, sendbuf: Any, dest: int, sendtag: int = 0, recvbuf: Any = None, source: int = ANY_SOURCE,
-                 recvtag: int = ANY_TAG, status: Status | None = None) -> None:
+    def Sendrecv(
+        self,
+        sendbuf: Any,
+        dest: int,
+        sendtag: int = 0,
+        recvbuf: Any = None,
+        source: int = ANY_SOURCE,
+        recvtag: int = ANY_TAG,
+        status: Status | None = None,
+    ) -> None:
         if recvbuf is None:
             raise TypeError("Sendrecv: recvbuf is required (buffer-based calls only)")
         recv = self.Irecv(recvbuf, source, recvtag, _call="Sendrecv")
@@ -349,8 +354,9 @@ class SimulatedComm:
 
     def _collective(self) -> SimulatedComm:
         """This communicator's ranks in a context apart from its point-to-point traffic."""
-        return SimulatedComm(self._world, self._rank, _COLLECTIVE if self._context == _P2P else -self._context,
-                             self._group)
+        return SimulatedComm(
+            self._world, self._rank, _COLLECTIVE if self._context == _P2P else -self._context, self._group
+        )
 
     def Dup(self) -> SimulatedComm:
         """A communicator over the same ranks whose messages never match this one's (a fresh context)."""

@@ -36,8 +36,7 @@ __all__ = ["GradcheckError", "gradcheck", "numerical_grad"]
 class GradcheckError(AssertionError):
     """Analytic and numerical gradients disagree. Attributes name where."""
 
-    def __init__(self, message: str, *, input_index: int, input_name: str, index: Any, analytic: float,
-                 numeric: float):
+    def __init__(self, message: str, *, input_index: int, input_name: str, index: Any, analytic: float, numeric: float):
         super().__init__(message)
         self.input_index, self.input_name, self.index = input_index, input_name, index
         self.analytic, self.numeric = analytic, numeric
@@ -123,7 +122,12 @@ class _Problem:
                 raise GradcheckError(
                     f"gradcheck: gradient of {_describe(self.names[i], i)} has shape {g.shape}, "
                     f"the input has shape {args[i].shape}",
-                    input_index=i, input_name=self.names[i], index=None, analytic=np.nan, numeric=np.nan)
+                    input_index=i,
+                    input_name=self.names[i],
+                    index=None,
+                    analytic=np.nan,
+                    numeric=np.nan,
+                )
             grads[i] = np.asarray(g, dtype=np.float64)
         return grads
 
@@ -135,8 +139,9 @@ class _Problem:
         return (plus - minus) / (2 * eps)
 
 
-def _mismatch(p: _Problem, i: int, index: Any, analytic: float, numeric: float, atol: float, rtol: float,
-              what: str) -> GradcheckError:
+def _mismatch(
+    p: _Problem, i: int, index: Any, analytic: float, numeric: float, atol: float, rtol: float, what: str
+) -> GradcheckError:
     msg = (
         f"gradcheck failed for {_describe(p.names[i], i)}, shape {p.values[i].shape}, {what}: "
         f"analytic {analytic:.10g}, numeric {numeric:.10g}, difference {abs(analytic - numeric):.3g} "

@@ -194,9 +194,7 @@ class Tensor:
     def __init__(self, data: Any, requires_grad: bool = False, dtype: Any = None, name: str = ""):
         self.data: np.ndarray = _as_array(data, dtype)
         if requires_grad and not _is_float(self.data.dtype):
-            raise TypeError(
-                f"only floating-point tensors can require gradients, got dtype {self.data.dtype}"
-            )
+            raise TypeError(f"only floating-point tensors can require gradients, got dtype {self.data.dtype}")
         self.requires_grad: bool = bool(requires_grad)
         self.grad: np.ndarray | None = None
         self.name = name
@@ -409,5 +407,3 @@ def randn(*shape: Any, dtype: Any = None, requires_grad: bool = False, rng: Any 
         shape = tuple(shape[0])
     rng = rng if rng is not None else np.random.default_rng()
     return Tensor(rng.standard_normal(shape).astype(dtype or _default_dtype), requires_grad=requires_grad)
-
-

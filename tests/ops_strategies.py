@@ -55,8 +55,7 @@ def arrays(draw, shape=None, dtype=np.float64, positive: bool = False, away_from
 @st.composite
 def broadcast_pair(draw, max_dims: int = 3, max_side: int = 3, min_side: int = 0, **array_kw):
     """Two arrays whose shapes broadcast together (possibly to a size-0 result)."""
-    bs = draw(hnp.mutually_broadcastable_shapes(num_shapes=2, max_dims=max_dims, max_side=max_side,
-                                                min_side=min_side))
+    bs = draw(hnp.mutually_broadcastable_shapes(num_shapes=2, max_dims=max_dims, max_side=max_side, min_side=min_side))
     a_shape, b_shape = bs.input_shapes
     return draw(arrays(shape=a_shape)), draw(arrays(shape=b_shape, **array_kw))
 

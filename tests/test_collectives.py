@@ -14,8 +14,21 @@ from collectives.common import TAG_ALLGATHER, TAG_CHECK, TAG_EXCHANGE, TAG_HEADE
 from collectives.simulated import traffic
 from collectives.testing import SUPPORTED_KINDS, rank_data
 
-DTYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint64", "float16", "float32", "float64",
-          "complex64", "complex128", "bool"]
+DTYPES = [
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+    "bool",
+]
 
 
 def assert_reduction(out, xs, op):
@@ -109,8 +122,12 @@ def test_tree_broadcast_schedule_is_binomial():
 
 
 @settings(max_examples=60)
-@given(p=st.integers(1, 9), shape=array_shapes(min_dims=1, max_dims=2, min_side=0, max_side=5),
-       root=st.integers(0, 8), seed=st.integers(0, 1000))
+@given(
+    p=st.integers(1, 9),
+    shape=array_shapes(min_dims=1, max_dims=2, min_side=0, max_side=5),
+    root=st.integers(0, 8),
+    seed=st.integers(0, 1000),
+)
 def test_building_blocks(p, shape, root, seed):
     root %= p
     xs = [rank_data(seed, r, shape, "int32", "sum") for r in range(p)]
@@ -141,8 +158,8 @@ def test_building_blocks(p, shape, root, seed):
             np.testing.assert_array_equal(gat, np.stack(xs))
         else:
             assert red is None and gat is None
-        np.testing.assert_array_equal(rs_ring, total[b[r]:b[r + 1]])
-        np.testing.assert_array_equal(rs_half, total[b[r]:b[r + 1]])
+        np.testing.assert_array_equal(rs_ring, total[b[r] : b[r + 1]])
+        np.testing.assert_array_equal(rs_half, total[b[r] : b[r + 1]])
         np.testing.assert_array_equal(ag_ring, np.stack(xs))
         np.testing.assert_array_equal(ag_rd, np.stack(xs))
         np.testing.assert_array_equal(sca, xs[r])
@@ -302,8 +319,12 @@ def test_mismatched_sizes_dtypes_shapes_raise_on_every_rank(algorithm):
 
 
 @settings(max_examples=40)
-@given(p=st.integers(2, 9), bad=st.integers(0, 8), what=st.sampled_from(["size", "dtype", "shape", "op"]),
-       algorithm=st.sampled_from(collectives.ALGORITHMS))
+@given(
+    p=st.integers(2, 9),
+    bad=st.integers(0, 8),
+    what=st.sampled_from(["size", "dtype", "shape", "op"]),
+    algorithm=st.sampled_from(collectives.ALGORITHMS),
+)
 def test_any_rank_that_disagrees_is_named_on_every_rank(p, bad, what, algorithm):
     bad %= p
 
@@ -391,19 +412,28 @@ def test_handshake_refuses_data_past_inline():
 
 def test_mismatched_ops_algorithms_and_roots_raise_on_every_rank():
     ops = ["sum", "max", "sum"]
-    msg = errors_on_every_rank(3, lambda comm: collectives.allreduce(comm, np.ones(2), op=ops[comm.Get_rank()]),
-                               collectives.MismatchError)
+    msg = errors_on_every_rank(
+        3, lambda comm: collectives.allreduce(comm, np.ones(2), op=ops[comm.Get_rank()]), collectives.MismatchError
+    )
     assert "'max'" in msg
     algs = ["ring", "tree", "ring", "ring"]
-    errors_on_every_rank(4, lambda comm: collectives.allreduce(comm, np.ones(2), algorithm=algs[comm.Get_rank()]),
-                         collectives.MismatchError)
-    errors_on_every_rank(3, lambda comm: collectives.broadcast(comm, np.ones(2), root=comm.Get_rank() % 2),
-                         collectives.MismatchError)
-    errors_on_every_rank(3, lambda comm: collectives.broadcast(comm, np.ones(2 + comm.Get_rank())),
-                         collectives.MismatchError)
+    errors_on_every_rank(
+        4,
+        lambda comm: collectives.allreduce(comm, np.ones(2), algorithm=algs[comm.Get_rank()]),
+        collectives.MismatchError,
+    )
+    errors_on_every_rank(
+        3, lambda comm: collectives.broadcast(comm, np.ones(2), root=comm.Get_rank() % 2), collectives.MismatchError
+    )
+    errors_on_every_rank(
+        3, lambda comm: collectives.broadcast(comm, np.ones(2 + comm.Get_rank())), collectives.MismatchError
+    )
     errors_on_every_rank(3, lambda comm: collectives.broadcast(comm, None), collectives.MismatchError)
-    errors_on_every_rank(3, lambda comm: collectives.scatter(comm, None, root=9 if comm.Get_rank() == 1 else 0),
-                         collectives.MismatchError)
+    errors_on_every_rank(
+        3,
+        lambda comm: collectives.scatter(comm, None, root=9 if comm.Get_rank() == 1 else 0),
+        collectives.MismatchError,
+    )
 
 
 @pytest.mark.parametrize(

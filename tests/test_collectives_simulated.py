@@ -36,9 +36,9 @@ def test_messages_are_non_overtaking_and_matched_by_tag():
             return None
         odd, even = np.zeros(3, np.int64), np.zeros(3, np.int64)
         for i in range(3):
-            comm.Recv(odd[i:i + 1], 0, tag=1)  # tag 1 first: the tag-0 messages wait, in order
+            comm.Recv(odd[i : i + 1], 0, tag=1)  # tag 1 first: the tag-0 messages wait, in order
         for i in range(3):
-            comm.Recv(even[i:i + 1], 0, tag=0)
+            comm.Recv(even[i : i + 1], 0, tag=0)
         return odd.tolist(), even.tolist()
 
     assert collectives.simulate(2, fn)[1] == ([1, 3, 5], [0, 2, 4])
@@ -108,7 +108,9 @@ def test_message_record_steps_and_arrivals():
 
     res = collectives.simulate(2, ok)
     assert [(m.step, m.source, m.dest, m.tag, m.nbytes, m.arrival) for m in res.messages] == [
-        (0, 0, 1, 5, 16, 1), (1, 0, 1, 6, 24, 2)]
+        (0, 0, 1, 5, 16, 1),
+        (1, 0, 1, 6, 24, 2),
+    ]
     assert res.rounds == 2
 
 

@@ -22,7 +22,7 @@ def conv2d_direct(x, w, b, stride, padding):
     out = np.zeros((n, o, oh, ow))
     for i in range(oh):
         for j in range(ow):
-            patch = xp[:, :, i * sh:i * sh + kh, j * sw:j * sw + kw]
+            patch = xp[:, :, i * sh : i * sh + kh, j * sw : j * sw + kw]
             out[:, :, i, j] = np.tensordot(patch, w, axes=([1, 2, 3], [1, 2, 3]))
     return out if b is None else out + b[None, :, None, None]
 
@@ -33,16 +33,16 @@ def pool_direct(x, k, s, p, reduce, pad_value):
     out = np.zeros(x.shape[:2] + (oh, ow))
     for i in range(oh):
         for j in range(ow):
-            out[:, :, i, j] = reduce(xp[:, :, i * s[0]:i * s[0] + k[0], j * s[1]:j * s[1] + k[1]], axis=(2, 3))
+            out[:, :, i, j] = reduce(xp[:, :, i * s[0] : i * s[0] + k[0], j * s[1] : j * s[1] + k[1]], axis=(2, 3))
     return out
 
 
 CONV_CASES = [  # (N, C, H, W, O, kernel, stride, padding, bias)
     (2, 3, 5, 5, 4, (3, 3), (1, 1), (1, 1), True),
-    (2, 2, 7, 6, 3, (3, 3), (2, 2), (1, 1), True),   # stride 2
+    (2, 2, 7, 6, 3, (3, 3), (2, 2), (1, 1), True),  # stride 2
     (1, 2, 6, 7, 2, (2, 3), (1, 2), (0, 1), False),  # non-square kernel, stride and padding; no bias
     (3, 1, 4, 4, 2, (1, 1), (2, 2), (0, 0), False),  # 1x1 projection shortcut
-    (1, 2, 5, 4, 2, (5, 4), (1, 1), (0, 0), True),   # kernel = whole image
+    (1, 2, 5, 4, 2, (5, 4), (1, 1), (0, 0), True),  # kernel = whole image
 ]
 
 
@@ -91,8 +91,17 @@ def test_implicit_and_im2col_agree_float32(rng):
 
 
 @settings(max_examples=25)
-@given(h=st.integers(3, 7), w=st.integers(3, 7), kh=st.integers(1, 3), kw=st.integers(1, 3),
-       sh=st.integers(1, 3), sw=st.integers(1, 3), ph=st.integers(0, 1), pw=st.integers(0, 1), seed=st.integers(0, 99))
+@given(
+    h=st.integers(3, 7),
+    w=st.integers(3, 7),
+    kh=st.integers(1, 3),
+    kw=st.integers(1, 3),
+    sh=st.integers(1, 3),
+    sw=st.integers(1, 3),
+    ph=st.integers(0, 1),
+    pw=st.integers(0, 1),
+    seed=st.integers(0, 99),
+)
 def test_col2im_is_the_adjoint_of_im2col(h, w, kh, kw, sh, sw, ph, pw, seed):
     """<im2col(x), c> == <x, col2im(c)> for all x, c: col2im is the exact transpose (what backward needs)."""
     r = np.random.default_rng(seed)
@@ -125,9 +134,9 @@ def test_conv_module_and_errors(rng):
 
 # ---------------------------------------------------------------- pooling
 POOL_CASES = [  # (kernel, stride, padding)
-    ((2, 2), None, (0, 0)),      # non-overlapping
-    ((3, 3), (1, 1), (1, 1)),    # overlapping, padded
-    ((3, 2), (2, 1), (1, 0)),    # non-square, overlapping rows
+    ((2, 2), None, (0, 0)),  # non-overlapping
+    ((3, 3), (1, 1), (1, 1)),  # overlapping, padded
+    ((3, 2), (2, 1), (1, 0)),  # non-square, overlapping rows
 ]
 
 
@@ -135,10 +144,12 @@ POOL_CASES = [  # (kernel, stride, padding)
 def test_pools_match_direct_loop(rng, k, s, p):
     x = rng.standard_normal((2, 3, 6, 5))
     stride = s or k
-    np.testing.assert_allclose(F.max_pool2d(minidl.tensor(x), k, s, p).data,
-                               pool_direct(x, k, stride, p, np.max, -np.inf))
-    np.testing.assert_allclose(F.avg_pool2d(minidl.tensor(x), k, s, p).data,
-                               pool_direct(x, k, stride, p, np.mean, 0.0), rtol=1e-12)
+    np.testing.assert_allclose(
+        F.max_pool2d(minidl.tensor(x), k, s, p).data, pool_direct(x, k, stride, p, np.max, -np.inf)
+    )
+    np.testing.assert_allclose(
+        F.avg_pool2d(minidl.tensor(x), k, s, p).data, pool_direct(x, k, stride, p, np.mean, 0.0), rtol=1e-12
+    )
 
 
 @pytest.mark.parametrize("k,s,p", POOL_CASES)

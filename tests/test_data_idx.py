@@ -74,8 +74,10 @@ def header(code, *dims):
         (b"\x12\x34\x08\x01" + struct.pack(">I", 1) + b"\x00", "bad magic number: first two bytes are 1234"),
         (header(0x0A, 2) + b"\x00\x00", r"unknown dtype code 0x0A \(known: 0x08"),
         (header(0x08, 2, 3)[:9], r"truncated header: 2 dimensions need 12 bytes, file has 9"),
-        (header(0x08, 2, 3) + bytes(5),
-         r"size mismatch \(truncated\): shape \(2, 3\) of uint8 needs 6 data bytes, file has 5"),
+        (
+            header(0x08, 2, 3) + bytes(5),
+            r"size mismatch \(truncated\): shape \(2, 3\) of uint8 needs 6 data bytes, file has 5",
+        ),
         (header(0x0C, 2) + bytes(12), r"size mismatch \(has trailing bytes\).*needs 8 data bytes, file has 12"),
     ],
 )

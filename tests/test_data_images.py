@@ -89,8 +89,14 @@ def test_batches_single_process_epoch():
 
 
 @settings(max_examples=30)
-@given(n=st.integers(0, 60), batch_size=st.integers(1, 7), world=st.integers(1, 5),
-       drop_last=st.booleans(), shuffle=st.booleans(), epoch=st.integers(0, 3))
+@given(
+    n=st.integers(0, 60),
+    batch_size=st.integers(1, 7),
+    world=st.integers(1, 5),
+    drop_last=st.booleans(),
+    shuffle=st.booleans(),
+    epoch=st.integers(0, 3),
+)
 def test_batches_rank_union_is_the_single_process_batch(n, batch_size, world, drop_last, shuffle, epoch):
     X, Y = np.arange(n) * 10, np.arange(n)
     kw = dict(shuffle=shuffle, seed=7, epoch=epoch, drop_last=drop_last)

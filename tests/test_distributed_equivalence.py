@@ -177,8 +177,10 @@ def test_fusion_threshold_does_not_change_the_result(compression):
     runs = {}
     for fusion_bytes in (0, 256, 1 << 26):
         runs[fusion_bytes] = collectives.simulate(
-            2, lambda comm, fb=fusion_bytes: train("lm", init, 2, comm, "ring", world=2, fusion_bytes=fb,
-                                                    compression=compression)
+            2,
+            lambda comm, fb=fusion_bytes: train(
+                "lm", init, 2, comm, "ring", world=2, fusion_bytes=fb, compression=compression
+            ),
         )[0]
     # bucket boundaries do not change any element's sum (same order of the same two addends)
     for fb in (256, 1 << 26):

@@ -47,7 +47,10 @@ def test_failing_rank_aborts_job(tmp_path, mode):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     proc = subprocess.run(
         [MPIEXEC, "-n", "2", sys.executable, str(script), mode],
-        capture_output=True, text=True, timeout=60, env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out

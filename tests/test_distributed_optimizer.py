@@ -58,8 +58,7 @@ def test_accumulation_equals_k_times_bigger_batch(P, k):
         dist.init(comm)
         model = make_cnn()
         model.load_state_dict(init)
-        opt = dist.DistributedOptimizer(optim.SGD(model.parameters(), lr=0.3, momentum=0.9),
-                                        backward_passes_per_step=k)
+        opt = dist.DistributedOptimizer(optim.SGD(model.parameters(), lr=0.3, momentum=0.9), backward_passes_per_step=k)
         results = []
         for _, idx in zip(range(updates * k), dist.DistributedSampler(CNN_N, b, seed=1)):
             will = opt.will_update
@@ -102,8 +101,9 @@ def test_fusion_packs_into_fewer_allreduces():
     def rank_fn(comm, fusion_bytes):
         dist.init(comm)
         model = make_lm()
-        opt = dist.DistributedOptimizer(optim.SGD(model.parameters(), lr=0.1), fusion_bytes=fusion_bytes,
-                                        measure_wait=False)
+        opt = dist.DistributedOptimizer(
+            optim.SGD(model.parameters(), lr=0.1), fusion_bytes=fusion_bytes, measure_wait=False
+        )
         for p in model.parameters():
             p.grad = np.ones_like(p.data)
         opt.step()
@@ -126,8 +126,9 @@ def test_fp16_compression_halves_the_bytes_and_stays_close():
         dist.init(comm)
         model = make_cnn()
         model.load_state_dict(init)
-        opt = dist.DistributedOptimizer(optim.SGD(model.parameters(), lr=0.1), compression=compression,
-                                        measure_wait=False)
+        opt = dist.DistributedOptimizer(
+            optim.SGD(model.parameters(), lr=0.1), compression=compression, measure_wait=False
+        )
         _cnn_step(model, opt, x, y, np.arange(4) + 4 * dist.rank())
         return model.state_dict()
 
@@ -201,6 +202,7 @@ def test_broadcast_parameters_rejects_a_different_model():
 @pytest.mark.parametrize("what", ["module", "dict", "optimizer"])
 def test_broadcast_mismatch_raises_on_every_rank(what):
     """The root too must raise (not walk on into the next collective that the failed rank never joins)."""
+
     def rank_fn(comm):
         dist.init(comm)
         model = nn.Linear(3, 2 + (dist.rank() == 2))
@@ -239,18 +241,25 @@ def _optimizer(kind: str, model: nn.Module) -> optim.Optimizer:
     return opt
 
 
-@pytest.mark.parametrize("kind, difference", [
-    ("sgd", r"optimizer class: Adam on the root \(per-parameter state \['exp_avg', 'exp_avg_sq', 'step'\]\), "
-            r"SGD here"),
-    ("sgd_wrapped", r"optimizer class: Adam on the root .*SGD here"),  # the wrapped optimizers' classes
-    ("two_groups", r"1 parameter groups on the root, 2 here"),
-    ("one_param", r"group 0: 2 parameters on the root, 1 here"),
-    ("extra_key", r"group 0 hyperparameters: \[\] only on the root, \['initial_lr'\] only here"),
-    ("wider", r"group 0 parameter 0: shape \(2, 3\) on the root, \(3, 3\) here"),
-])
+@pytest.mark.parametrize(
+    "kind, difference",
+    [
+        (
+            "sgd",
+            r"optimizer class: Adam on the root \(per-parameter state \['exp_avg', 'exp_avg_sq', 'step'\]\), "
+            r"SGD here",
+        ),
+        ("sgd_wrapped", r"optimizer class: Adam on the root .*SGD here"),  # the wrapped optimizers' classes
+        ("two_groups", r"1 parameter groups on the root, 2 here"),
+        ("one_param", r"group 0: 2 parameters on the root, 1 here"),
+        ("extra_key", r"group 0 hyperparameters: \[\] only on the root, \['initial_lr'\] only here"),
+        ("wider", r"group 0 parameter 0: shape \(2, 3\) on the root, \(3, 3\) here"),
+    ],
+)
 def test_broadcast_optimizer_state_mismatch_names_the_difference_on_every_rank(kind, difference):
     """Rank 2 builds another optimizer than the root's Adam (which has taken a step, so it has state).
     Rank 2 raises its ValueError naming the difference; the others a MismatchError quoting it."""
+
     def rank_fn(comm):
         dist.init(comm)
         odd = dist.rank() == 2
@@ -306,8 +315,14 @@ def _lm_run(comm, init, ckpt, start_from, steps, save_at=None):
         sched.step()
         step += 1
         if step == save_at:
-            dist.save_checkpoint(ckpt, model, opt, sched, state={"step": step},
-                                 rank_state={"rng": dist.rng_state(rng), "h": state[0].data, "c": state[1].data})
+            dist.save_checkpoint(
+                ckpt,
+                model,
+                opt,
+                sched,
+                state={"step": step},
+                rank_state={"rng": dist.rng_state(rng), "h": state[0].data, "c": state[1].data},
+            )
     return model.state_dict()
 
 
@@ -367,10 +382,19 @@ def test_clear_errors():
     assert collectives.simulate(2, rank_fn) == [True, True]
 
 
-@pytest.mark.parametrize("setting", [{"backward_passes_per_step": 2}, {"op": "sum"}, {"compression": "fp16"},
-                                     {"allreduce": "tree"}, {"fusion_bytes": 0}])
+@pytest.mark.parametrize(
+    "setting",
+    [
+        {"backward_passes_per_step": 2},
+        {"op": "sum"},
+        {"compression": "fp16"},
+        {"allreduce": "tree"},
+        {"fusion_bytes": 0},
+    ],
+)
 def test_ranks_with_different_settings_fail_at_construction(setting):
     """A rank accumulating 2 passes would skip the allreduce the others enter: a hang, unless caught up front."""
+
     def rank_fn(comm):
         model = nn.Linear(3, 2)
         kwargs = setting if comm.Get_rank() == 1 else {}

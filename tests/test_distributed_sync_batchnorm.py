@@ -39,8 +39,14 @@ def _train_step(bn: nn.Module, x: np.ndarray, g: np.ndarray) -> dict[str, np.nda
     xt = minidl.tensor(x, requires_grad=True)
     y = bn(xt)
     (y * minidl.tensor(g)).sum().backward()
-    return {"y": y.data, "dx": xt.grad, "dweight": bn.weight.grad, "dbias": bn.bias.grad,
-            "running_mean": bn.running_mean.copy(), "running_var": bn.running_var.copy()}
+    return {
+        "y": y.data,
+        "dx": xt.grad,
+        "dweight": bn.weight.grad,
+        "dbias": bn.bias.grad,
+        "running_mean": bn.running_mean.copy(),
+        "running_var": bn.running_var.copy(),
+    }
 
 
 @pytest.mark.parametrize("batch_sizes", [[4, 0, 3], [0, 0, 2]])
@@ -65,8 +71,9 @@ def test_an_empty_local_batch_contributes_zero_counts(batch_sizes):
             np.testing.assert_allclose(o[name], ref[name], rtol=1e-12)
 
 
-@pytest.mark.parametrize("batch_sizes, message", [([0, 0, 0], "empty input on every rank"),
-                                                  ([0, 1, 0], "more than 1 value per channel")])
+@pytest.mark.parametrize(
+    "batch_sizes, message", [([0, 0, 0], "empty input on every rank"), ([0, 1, 0], "more than 1 value per channel")]
+)
 def test_a_too_small_global_batch_raises_on_every_rank(batch_sizes, message):
     xs, _ = _inputs(batch_sizes, length=1)  # M = total batch size
 
@@ -83,22 +90,28 @@ def test_a_too_small_global_batch_raises_on_every_rank(batch_sizes, message):
 
 
 def _bad_input(kind: str) -> np.ndarray:
-    return {"channels": np.ones((4, C + 2, 2)),
-            "ndim": np.ones((4,)),
-            "six_dims": np.ones((4, C, 1, 1, 1, 2)),
-            "dtype": np.ones((4, C, 2), dtype=np.float32)}[kind]
+    return {
+        "channels": np.ones((4, C + 2, 2)),
+        "ndim": np.ones((4,)),
+        "six_dims": np.ones((4, C, 1, 1, 1, 2)),
+        "dtype": np.ones((4, C, 2), dtype=np.float32),
+    }[kind]
 
 
-@pytest.mark.parametrize("kind, message", [
-    ("channels", r"rank 1: .*with 3 channels in dimension 1, got shape \(4, 5, 2\)"),
-    ("ndim", r"rank 1: expected a 2-D or 3-D or 4-D or 5-D input .* got shape \(4,\)"),
-    ("six_dims", r"rank 1: .*got shape \(4, 3, 1, 1, 1, 2\)"),
-    ("dtype", r"different dtypes: ranks \[0, 2\] float64, rank 1 float32"),
-])
+@pytest.mark.parametrize(
+    "kind, message",
+    [
+        ("channels", r"rank 1: .*with 3 channels in dimension 1, got shape \(4, 5, 2\)"),
+        ("ndim", r"rank 1: expected a 2-D or 3-D or 4-D or 5-D input .* got shape \(4,\)"),
+        ("six_dims", r"rank 1: .*got shape \(4, 3, 1, 1, 1, 2\)"),
+        ("dtype", r"different dtypes: ranks \[0, 2\] float64, rank 1 float32"),
+    ],
+)
 @pytest.mark.parametrize("training", [True, False])
 def test_a_bad_input_on_one_rank_raises_on_every_rank(kind, message, training):
     """Training: the statistics allreduce carries the check. Eval with running statistics does not
     communicate, so only the bad rank raises (on its own, nobody waits for it)."""
+
     def rank_fn(comm):
         bn = dist.SyncBatchNorm(C, dtype=np.float64, comm=comm)
         bn.train(training)
@@ -119,6 +132,7 @@ def test_a_bad_input_on_one_rank_raises_on_every_rank(kind, message, training):
 
 def test_untracked_statistics_in_eval_mode_also_check_every_rank():
     """track_running_stats=False normalizes with batch statistics in eval mode too: a collective there."""
+
     def rank_fn(comm):
         bn = dist.SyncBatchNorm(C, track_running_stats=False, dtype=np.float64, comm=comm).eval()
         x = _bad_input("channels") if comm.Get_rank() == 2 else np.ones((4, C, 2))
@@ -134,6 +148,7 @@ def test_untracked_statistics_in_eval_mode_also_check_every_rank():
 
 def test_good_inputs_cost_no_extra_messages():
     """The check rides in the forward's statistics allreduce: as many messages as a bare allreduce of it."""
+
     def layer(comm):
         dist.SyncBatchNorm(C, dtype=np.float64, comm=comm)(minidl.tensor(np.ones((4, C, 2))))
 

@@ -138,8 +138,9 @@ def test_relu_and_sequential(rng):
         net[4]
     x = rng.standard_normal((5, 4)).astype(np.float32)
     h = np.maximum(x @ net[0].weight.data.T + net[0].bias.data, 0)
-    np.testing.assert_allclose(net(minidl.tensor(x)).data, np.tanh(h @ net[2].weight.data.T + net[2].bias.data),
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        net(minidl.tensor(x)).data, np.tanh(h @ net[2].weight.data.T + net[2].bias.data), rtol=1e-5, atol=1e-6
+    )
     with pytest.raises(TypeError, match="Module"):
         nn.Sequential(lambda x: x)
 

@@ -24,11 +24,14 @@ def test_linear_parity(rng, bias):
 
 
 def test_state_dict_round_trip_both_ways():
-    for make_ours, make_theirs in [(lambda: nn.Linear(6, 4), lambda: torch.nn.Linear(6, 4)),
-                                   (lambda: nn.Embedding(9, 3), lambda: torch.nn.Embedding(9, 3)),
-                                   (lambda: nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2)),
-                                    lambda: torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(),
-                                                                torch.nn.Linear(4, 2)))]:
+    for make_ours, make_theirs in [
+        (lambda: nn.Linear(6, 4), lambda: torch.nn.Linear(6, 4)),
+        (lambda: nn.Embedding(9, 3), lambda: torch.nn.Embedding(9, 3)),
+        (
+            lambda: nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2)),
+            lambda: torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2)),
+        ),
+    ]:
         ours, theirs = make_ours(), make_theirs()
         load_into_minidl(ours, theirs)
         assert_state_dicts_equal(ours, theirs, rtol=0, atol=0)
@@ -51,8 +54,14 @@ def test_embedding_padding_idx_parity(rng):
 
 def test_sequential_mlp_parity(rng):
     ours = nn.Sequential(nn.Linear(5, 8), nn.ReLU(), nn.Linear(8, 8), nn.Sigmoid(), nn.Linear(8, 3), nn.Tanh())
-    theirs = torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.ReLU(), torch.nn.Linear(8, 8), torch.nn.Sigmoid(),
-                                 torch.nn.Linear(8, 3), torch.nn.Tanh())
+    theirs = torch.nn.Sequential(
+        torch.nn.Linear(5, 8),
+        torch.nn.ReLU(),
+        torch.nn.Linear(8, 8),
+        torch.nn.Sigmoid(),
+        torch.nn.Linear(8, 3),
+        torch.nn.Tanh(),
+    )
     load_into_torch(theirs, ours)
     compare_forward_backward(ours, theirs, rng.standard_normal((4, 5)).astype(np.float32))
 

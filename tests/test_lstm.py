@@ -74,8 +74,14 @@ def test_fused_matches_composed_float64(rng, num_layers, bias):
 
 
 @settings(max_examples=15)
-@given(T=st.integers(0, 5), B=st.integers(1, 3), I=st.integers(1, 4), H=st.integers(1, 4), L=st.integers(1, 3),
-       seed=st.integers(0, 2**16))
+@given(
+    T=st.integers(0, 5),
+    B=st.integers(1, 3),
+    I=st.integers(1, 4),
+    H=st.integers(1, 4),
+    L=st.integers(1, 3),
+    seed=st.integers(0, 2**16),
+)
 def test_fused_matches_composed_any_shape(T, B, I, H, L, seed):
     """The same agreement over random sizes, including T = 0 (the state passes through unchanged)."""
     minidl.set_default_dtype(np.float64)
@@ -101,8 +107,9 @@ def test_fused_matches_composed_any_shape(T, B, I, H, L, seed):
 
 def test_fused_function_gradcheck(rng):
     T, B, I, H = 4, 2, 3, 3
-    inputs = [rng.standard_normal(s) * 0.5 for s in [(T, B, I), (B, H), (B, H), (4 * H, I), (4 * H, H), (4 * H,),
-                                                      (4 * H,)]]
+    inputs = [
+        rng.standard_normal(s) * 0.5 for s in [(T, B, I), (B, H), (B, H), (4 * H, I), (4 * H, H), (4 * H,), (4 * H,)]
+    ]
     assert minidl.gradcheck(lambda *a: LSTMFunction.apply(*a), inputs)
 
 
@@ -115,8 +122,9 @@ def test_fused_function_gradcheck_no_bias_saturated(rng):
 
 def test_lstm_cell_gradcheck(rng):
     B, I, H = 2, 3, 4
-    inputs = [rng.standard_normal(s) * 0.5 for s in [(B, I), (B, H), (B, H), (4 * H, I), (4 * H, H), (4 * H,),
-                                                      (4 * H,)]]
+    inputs = [
+        rng.standard_normal(s) * 0.5 for s in [(B, I), (B, H), (B, H), (4 * H, I), (4 * H, H), (4 * H,), (4 * H,)]
+    ]
     assert minidl.gradcheck(lambda *a: lstm_cell(*a), inputs)
 
 

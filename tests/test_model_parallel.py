@@ -131,8 +131,10 @@ def test_partition_is_optimal_and_contiguous(costs, parts):
     ranges = mp.partition(costs, parts)
     assert [i for r in ranges for i in r] == list(range(len(costs)))
     assert all(len(r) > 0 for r in ranges)
-    best = min(max(sum(costs[a:b]) for a, b in zip((0, *cuts), (*cuts, len(costs))))
-               for cuts in itertools.combinations(range(1, len(costs)), parts - 1))
+    best = min(
+        max(sum(costs[a:b]) for a, b in zip((0, *cuts), (*cuts, len(costs))))
+        for cuts in itertools.combinations(range(1, len(costs)), parts - 1)
+    )
     assert max(sum(costs[i] for i in r) for r in ranges) == best
 
 
@@ -213,6 +215,7 @@ def test_integer_and_no_grad_sends_travel_forward_only():
 
 def test_send_records_even_when_the_input_needs_no_grad():
     """The receiver's backward sends a gradient whatever the sender's input: the sender must take it."""
+
     def fn(comm):
         if comm.Get_rank() == 0:
             token = p2p.send(minidl.tensor(np.ones(3)), 1, comm)
@@ -250,8 +253,12 @@ def test_bad_peers_and_tags():
 
 
 def test_meta_headers_round_trip_shapes_and_dtypes():
-    arrays = [np.zeros((2, 3, 4), np.float32), np.zeros((), np.float64), np.zeros((0, 5), np.int64),
-              np.zeros((1,) * 8, np.uint8)]
+    arrays = [
+        np.zeros((2, 3, 4), np.float32),
+        np.zeros((), np.float64),
+        np.zeros((0, 5), np.int64),
+        np.zeros((1,) * 8, np.uint8),
+    ]
 
     def fn(comm):
         if comm.Get_rank() == 0:

@@ -43,8 +43,21 @@ def serial_params(program: str, extra: list[str]) -> dict[str, np.ndarray]:
 def test_cli_run_equals_the_serial_program(tmp_path, program, mode, ranks, extra):
     path = tmp_path / "params.npz"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    cmd = [str(MPIEXEC), "-n", str(ranks), sys.executable, "-m", "minidl.train", program,
-           "--parallel", mode, *COMMON, *extra, "--save", str(path)]
+    cmd = [
+        str(MPIEXEC),
+        "-n",
+        str(ranks),
+        sys.executable,
+        "-m",
+        "minidl.train",
+        program,
+        "--parallel",
+        mode,
+        *COMMON,
+        *extra,
+        "--save",
+        str(path),
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"{mode} parallel over {ranks} ranks" in proc.stdout
@@ -60,8 +73,17 @@ def test_cli_run_equals_the_serial_program(tmp_path, program, mode, ranks, extra
 
 def test_unsupported_flags_are_refused(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "minidl.train", "lm", "--parallel", "tensor", "--quick",
-           "--resume", str(tmp_path / "x.npz")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "minidl.train",
+        "lm",
+        "--parallel",
+        "tensor",
+        "--quick",
+        "--resume",
+        str(tmp_path / "x.npz"),
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0
     assert "--resume not supported" in proc.stderr

@@ -11,14 +11,17 @@ from minidl.nn.norm import batch_moments, batch_norm_train
 
 def _bn_fn(module):
     """fn(x, weight, bias) running module in its current mode with the given parameters (for gradcheck)."""
+
     def fn(x, w, b):
         module.weight, module.bias = w, b
         return module(x)
+
     return fn
 
 
-@pytest.mark.parametrize("cls,shape", [(nn.BatchNorm1d, (5, 3)), (nn.BatchNorm1d, (3, 2, 4)),
-                                       (nn.BatchNorm2d, (3, 2, 3, 2))])
+@pytest.mark.parametrize(
+    "cls,shape", [(nn.BatchNorm1d, (5, 3)), (nn.BatchNorm1d, (3, 2, 4)), (nn.BatchNorm2d, (3, 2, 3, 2))]
+)
 def test_batchnorm_train_gradcheck(rng, cls, shape):
     minidl.set_default_dtype(np.float64)
     bn = cls(shape[1])
@@ -40,8 +43,9 @@ def test_batchnorm_eval_gradcheck(rng):
     bn.running_mean[...] = [0.5, -1.0]
     bn.running_var[...] = [2.0, 0.3]
     bn.eval()
-    assert minidl.gradcheck(_bn_fn(bn), [rng.standard_normal((3, 2, 2, 2)), rng.standard_normal(2),
-                                         rng.standard_normal(2)])
+    assert minidl.gradcheck(
+        _bn_fn(bn), [rng.standard_normal((3, 2, 2, 2)), rng.standard_normal(2), rng.standard_normal(2)]
+    )
 
 
 def test_batchnorm_forward_and_running_stats(rng):
@@ -57,8 +61,9 @@ def test_batchnorm_forward_and_running_stats(rng):
     assert int(bn.num_batches_tracked) == 1
     bn.eval()
     y_eval = bn(minidl.tensor(x)).data
-    np.testing.assert_allclose(y_eval, (x - bn.running_mean[:, None, None]) /
-                               np.sqrt(bn.running_var[:, None, None] + 1e-5), rtol=1e-10)
+    np.testing.assert_allclose(
+        y_eval, (x - bn.running_mean[:, None, None]) / np.sqrt(bn.running_var[:, None, None] + 1e-5), rtol=1e-10
+    )
     assert int(bn.num_batches_tracked) == 1  # eval does not update
     assert list(bn.state_dict()) == ["weight", "bias", "running_mean", "running_var", "num_batches_tracked"]
 
@@ -80,8 +85,10 @@ def test_reduce_hook_equals_one_big_batch(rng):
     the contract a SyncBatchNorm's allreduce must meet (forward statistics and every gradient)."""
     minidl.set_default_dtype(np.float64)
     x = rng.standard_normal((6, 3, 2, 2)) * 2 - 1
-    w, b = minidl.tensor(rng.standard_normal(3), requires_grad=True), minidl.tensor(rng.standard_normal(3),
-                                                                                    requires_grad=True)
+    w, b = (
+        minidl.tensor(rng.standard_normal(3), requires_grad=True),
+        minidl.tensor(rng.standard_normal(3), requires_grad=True),
+    )
     g = rng.standard_normal(x.shape)
     parts = [x[:2], x[2:]]
     # Forward statistics: each rank's local sums, summed "across ranks".

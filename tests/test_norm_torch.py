@@ -15,13 +15,16 @@ from torch_reference import (  # noqa: E402
 from minidl import nn  # noqa: E402
 
 
-@pytest.mark.parametrize("name,shape,kwargs", [
-    ("BatchNorm1d", (8, 4), {}),
-    ("BatchNorm1d", (4, 3, 5), {"momentum": 0.3}),
-    ("BatchNorm2d", (4, 3, 5, 5), {}),
-    ("BatchNorm2d", (3, 2, 4, 4), {"affine": False, "eps": 1e-3}),
-    ("BatchNorm2d", (3, 2, 4, 4), {"momentum": None}),
-])
+@pytest.mark.parametrize(
+    "name,shape,kwargs",
+    [
+        ("BatchNorm1d", (8, 4), {}),
+        ("BatchNorm1d", (4, 3, 5), {"momentum": 0.3}),
+        ("BatchNorm2d", (4, 3, 5, 5), {}),
+        ("BatchNorm2d", (3, 2, 4, 4), {"affine": False, "eps": 1e-3}),
+        ("BatchNorm2d", (3, 2, 4, 4), {"momentum": None}),
+    ],
+)
 def test_batchnorm_parity_train_then_eval(rng, name, shape, kwargs):
     ours, theirs = getattr(nn, name)(shape[1], **kwargs), getattr(torch.nn, name)(shape[1], **kwargs)
     if ours.weight is not None:

@@ -39,8 +39,11 @@ def test_squeeze_unsqueeze(data):
 @given(data=st.data())
 def test_expand_broadcast_to(data):
     shape = data.draw(shapes(max_dims=3))
-    target = data.draw(hnp.broadcastable_shapes(shape, min_dims=len(shape), max_dims=4, min_side=0, max_side=3)
-                       .map(lambda s: np.broadcast_shapes(s, shape)))
+    target = data.draw(
+        hnp.broadcastable_shapes(shape, min_dims=len(shape), max_dims=4, min_side=0, max_side=3).map(
+            lambda s: np.broadcast_shapes(s, shape)
+        )
+    )
     x = data.draw(arrays(shape=shape))
     check_op(lambda t: t.expand(*target), lambda a: np.broadcast_to(a, target), [x])
     check_op(lambda t: minidl.broadcast_to(t, target), lambda a: np.broadcast_to(a, target), [x])
@@ -109,11 +112,13 @@ def test_concatenate_stack_split(data):
 @given(data=st.data())
 def test_pad(data):
     x = data.draw(arrays(min_dims=1, max_dims=3))  # np.pad rejects 0-d arrays
-    widths = data.draw(st.one_of(
-        st.integers(0, 2),
-        st.tuples(st.integers(0, 2), st.integers(0, 2)),
-        st.lists(st.tuples(st.integers(0, 2), st.integers(0, 2)), min_size=x.ndim, max_size=x.ndim).map(tuple),
-    ))
+    widths = data.draw(
+        st.one_of(
+            st.integers(0, 2),
+            st.tuples(st.integers(0, 2), st.integers(0, 2)),
+            st.lists(st.tuples(st.integers(0, 2), st.integers(0, 2)), min_size=x.ndim, max_size=x.ndim).map(tuple),
+        )
+    )
     value = data.draw(st.sampled_from([0.0, -1.5]))
     check_op(lambda t: minidl.pad(t, widths, value), lambda a: np.pad(a, widths, constant_values=value), [x])
 

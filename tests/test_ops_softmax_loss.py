@@ -50,8 +50,13 @@ def cross_entropy_reference(x, t, reduction, ignore_index=-100):
     return losses.sum() if reduction == "sum" else losses.sum() / keep.sum()
 
 
-@given(n=st.integers(1, 5), c=st.integers(1, 5), seed=st.integers(0, 2**16), reduction=st.sampled_from(
-    ["mean", "sum", "none"]), ignore=st.booleans())
+@given(
+    n=st.integers(1, 5),
+    c=st.integers(1, 5),
+    seed=st.integers(0, 2**16),
+    reduction=st.sampled_from(["mean", "sum", "none"]),
+    ignore=st.booleans(),
+)
 def test_cross_entropy(n, c, seed, reduction, ignore):
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((n, c))
@@ -60,8 +65,11 @@ def test_cross_entropy(n, c, seed, reduction, ignore):
         t[rng.random(n) < 0.4] = 7 if c <= 7 else -100
         t[0] = 0  # keep one row, so the mean is defined
     ignore_index = 7 if ignore else -100
-    check_op(lambda x: F.cross_entropy(x, t, reduction=reduction, ignore_index=ignore_index),
-             lambda x: cross_entropy_reference(x, t, reduction, ignore_index), [x])
+    check_op(
+        lambda x: F.cross_entropy(x, t, reduction=reduction, ignore_index=ignore_index),
+        lambda x: cross_entropy_reference(x, t, reduction, ignore_index),
+        [x],
+    )
 
 
 def test_cross_entropy_float32_and_tensor_target():
@@ -117,8 +125,11 @@ def test_binary_cross_entropy_with_logits(data):
     x = data.draw(arrays(min_side=1))
     y = np.random.default_rng(data.draw(st.integers(0, 99))).random(x.shape)
     reduction = data.draw(st.sampled_from(["mean", "sum", "none"]))
-    check_op(lambda x, y: F.binary_cross_entropy_with_logits(x, y, reduction=reduction),
-             lambda x, y: bce_reference(x, y, reduction), [x, y])
+    check_op(
+        lambda x, y: F.binary_cross_entropy_with_logits(x, y, reduction=reduction),
+        lambda x, y: bce_reference(x, y, reduction),
+        [x, y],
+    )
 
 
 def test_bce_is_stable_at_large_logits_and_checks_shapes():

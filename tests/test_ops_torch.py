@@ -46,21 +46,28 @@ def test_mlp_with_softmax_cross_entropy(rng, reduction):
 
 def test_tanh_sigmoid_mlp_with_bce(rng):
     x, w, y = rng.standard_normal((6, 4)), rng.standard_normal((4, 2)), rng.random((6, 2))
-    compare(lambda x, w, y: F.binary_cross_entropy_with_logits((x @ w).tanh() * 3 - (x @ w).sigmoid(), y),
-            lambda x, w, y: torch.nn.functional.binary_cross_entropy_with_logits(
-                (x @ w).tanh() * 3 - (x @ w).sigmoid(), y), [x, w, y])
+    compare(
+        lambda x, w, y: F.binary_cross_entropy_with_logits((x @ w).tanh() * 3 - (x @ w).sigmoid(), y),
+        lambda x, w, y: torch.nn.functional.binary_cross_entropy_with_logits((x @ w).tanh() * 3 - (x @ w).sigmoid(), y),
+        [x, w, y],
+    )
 
 
 def test_logsumexp_of_broadcast_product(rng):
     a, b = rng.standard_normal((3, 1, 4)), rng.standard_normal((5, 1))
-    compare(lambda a, b: (a * b * 100).logsumexp(axis=(0, 2)),
-            lambda a, b: torch.logsumexp(a * b * 100, dim=(0, 2)), [a, b])
+    compare(
+        lambda a, b: (a * b * 100).logsumexp(axis=(0, 2)), lambda a, b: torch.logsumexp(a * b * 100, dim=(0, 2)), [a, b]
+    )
 
 
 def test_softmax_log_softmax_at_large_inputs(rng):
     x = rng.standard_normal((4, 6)) * 1e4
-    compare(lambda x: x.softmax(axis=0) * x.log_softmax(axis=1),
-            lambda x: torch.softmax(x, 0) * torch.log_softmax(x, 1), [x], rtol=1e-9)
+    compare(
+        lambda x: x.softmax(axis=0) * x.log_softmax(axis=1),
+        lambda x: torch.softmax(x, 0) * torch.log_softmax(x, 1),
+        [x],
+        rtol=1e-9,
+    )
 
 
 def test_indexing_with_repeated_indices_and_masks(rng):
@@ -97,8 +104,11 @@ def test_concatenate_split_pad_stack_chain(rng):
 def test_max_min_maximum_ties_match_torch():
     x = np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 0.0]])
     y = np.array([[1.0, 0.0, 3.0], [2.0, 5.0, 0.0]])
-    compare(lambda x, y: minidl.maximum(x, y) * minidl.minimum(x, y) + x.max(axis=1, keepdims=True),
-            lambda x, y: torch.maximum(x, y) * torch.minimum(x, y) + torch.amax(x, 1, keepdim=True), [x, y])
+    compare(
+        lambda x, y: minidl.maximum(x, y) * minidl.minimum(x, y) + x.max(axis=1, keepdims=True),
+        lambda x, y: torch.maximum(x, y) * torch.minimum(x, y) + torch.amax(x, 1, keepdim=True),
+        [x, y],
+    )
     compare(lambda x: x.min(axis=0) + x.max(), lambda x: torch.amin(x, 0) + torch.amax(x), [x])
 
 
@@ -118,6 +128,8 @@ def test_where_clip_abs_expand_mean(rng):
 
 def test_batched_matmul_broadcast_and_reshapes(rng):
     a, b = rng.standard_normal((2, 1, 3, 4)), rng.standard_normal((5, 4, 2))
-    compare(lambda a, b: (a @ b).transpose(0, 2, 1, 3).reshape(2, 5, -1).flatten(1).unsqueeze(0).squeeze(0) ** 2,
-            lambda a, b: (a @ b).permute(0, 2, 1, 3).reshape(2, 5, -1).flatten(1).unsqueeze(0).squeeze(0) ** 2,
-            [a, b])
+    compare(
+        lambda a, b: (a @ b).transpose(0, 2, 1, 3).reshape(2, 5, -1).flatten(1).unsqueeze(0).squeeze(0) ** 2,
+        lambda a, b: (a @ b).permute(0, 2, 1, 3).reshape(2, 5, -1).flatten(1).unsqueeze(0).squeeze(0) ** 2,
+        [a, b],
+    )

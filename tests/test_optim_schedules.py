@@ -41,22 +41,48 @@ def torch_trace(torch, make_sched, lrs=(0.1,), steps=EPOCHS):
 
 LRS = (0.1, 1.0)
 CASES = [
-    ("StepLR", lambda o: sched.StepLR(o, step_size=4, gamma=0.5),
-     lambda t, o: t.optim.lr_scheduler.StepLR(o, step_size=4, gamma=0.5)),
-    ("MultiStepLR", lambda o: sched.MultiStepLR(o, [3, 10, 11], gamma=0.3),
-     lambda t, o: t.optim.lr_scheduler.MultiStepLR(o, [3, 10, 11], gamma=0.3)),
-    ("ExponentialLR", lambda o: sched.ExponentialLR(o, gamma=0.9),
-     lambda t, o: t.optim.lr_scheduler.ExponentialLR(o, gamma=0.9)),
-    ("DelayedExponentialLR", lambda o: sched.DelayedExponentialLR(o, gamma=0.5, delay=4),
-     lambda t, o: t.optim.lr_scheduler.LambdaLR(o, lambda e: 0.5 ** max(0, e - 4 + 1))),
-    ("LinearWarmup", lambda o: sched.LinearWarmup(o, warmup_steps=5, start_factor=0.25),
-     lambda t, o: t.optim.lr_scheduler.LinearLR(o, start_factor=0.25, end_factor=1.0, total_iters=5)),
-    ("CosineAnnealingLR", lambda o: sched.CosineAnnealingLR(o, T_max=EPOCHS - 1, eta_min=1e-3),
-     lambda t, o: t.optim.lr_scheduler.CosineAnnealingLR(o, T_max=EPOCHS - 1, eta_min=1e-3)),
-    ("warmup_cosine", lambda o: sched.warmup_cosine(o, 5, EPOCHS - 1, start_factor=0.1),
-     lambda t, o: t.optim.lr_scheduler.SequentialLR(o, [
-         t.optim.lr_scheduler.LinearLR(o, start_factor=0.1, total_iters=5),
-         t.optim.lr_scheduler.CosineAnnealingLR(o, T_max=EPOCHS - 1 - 5)], milestones=[5])),
+    (
+        "StepLR",
+        lambda o: sched.StepLR(o, step_size=4, gamma=0.5),
+        lambda t, o: t.optim.lr_scheduler.StepLR(o, step_size=4, gamma=0.5),
+    ),
+    (
+        "MultiStepLR",
+        lambda o: sched.MultiStepLR(o, [3, 10, 11], gamma=0.3),
+        lambda t, o: t.optim.lr_scheduler.MultiStepLR(o, [3, 10, 11], gamma=0.3),
+    ),
+    (
+        "ExponentialLR",
+        lambda o: sched.ExponentialLR(o, gamma=0.9),
+        lambda t, o: t.optim.lr_scheduler.ExponentialLR(o, gamma=0.9),
+    ),
+    (
+        "DelayedExponentialLR",
+        lambda o: sched.DelayedExponentialLR(o, gamma=0.5, delay=4),
+        lambda t, o: t.optim.lr_scheduler.LambdaLR(o, lambda e: 0.5 ** max(0, e - 4 + 1)),
+    ),
+    (
+        "LinearWarmup",
+        lambda o: sched.LinearWarmup(o, warmup_steps=5, start_factor=0.25),
+        lambda t, o: t.optim.lr_scheduler.LinearLR(o, start_factor=0.25, end_factor=1.0, total_iters=5),
+    ),
+    (
+        "CosineAnnealingLR",
+        lambda o: sched.CosineAnnealingLR(o, T_max=EPOCHS - 1, eta_min=1e-3),
+        lambda t, o: t.optim.lr_scheduler.CosineAnnealingLR(o, T_max=EPOCHS - 1, eta_min=1e-3),
+    ),
+    (
+        "warmup_cosine",
+        lambda o: sched.warmup_cosine(o, 5, EPOCHS - 1, start_factor=0.1),
+        lambda t, o: t.optim.lr_scheduler.SequentialLR(
+            o,
+            [
+                t.optim.lr_scheduler.LinearLR(o, start_factor=0.1, total_iters=5),
+                t.optim.lr_scheduler.CosineAnnealingLR(o, T_max=EPOCHS - 1 - 5),
+            ],
+            milestones=[5],
+        ),
+    ),
 ]
 
 

@@ -71,20 +71,36 @@ def single_process(workers: int, steps: int = STEPS, opt: str = "sgd") -> dict[s
     return model.state_dict()
 
 
-def run_ps(comm, num_servers: int = 1, steps: int = STEPS, opt: str = "sgd", asynchronous: bool = False,
-           fetch_every: int = 1, staleness_bound=None, use_closure: bool = True, collect: bool = True,
-           b: int = B):
+def run_ps(
+    comm,
+    num_servers: int = 1,
+    steps: int = STEPS,
+    opt: str = "sgd",
+    asynchronous: bool = False,
+    fetch_every: int = 1,
+    staleness_bound=None,
+    use_closure: bool = True,
+    collect: bool = True,
+    b: int = B,
+):
     """Every rank: servers serve, workers train; returns (final state from the servers, this rank's own copy,
     ServerStats or PSWorker). ``collect=False``: skip gathering the servers' parameters (final = own copy)."""
     dist.init(comm)
     model = make_model()
     workers = comm.Get_size() - num_servers
     if dist.is_server(comm, num_servers):
-        role = dist.ParameterServer(model, OPTIMIZERS[opt], comm, num_servers, asynchronous=asynchronous,
-                                    staleness_bound=staleness_bound).serve()
+        role = dist.ParameterServer(
+            model, OPTIMIZERS[opt], comm, num_servers, asynchronous=asynchronous, staleness_bound=staleness_bound
+        ).serve()
     else:
-        role = dist.PSWorker(model, comm, num_servers, asynchronous=asynchronous, fetch_every=fetch_every,
-                             staleness_bound=staleness_bound)
+        role = dist.PSWorker(
+            model,
+            comm,
+            num_servers,
+            asynchronous=asynchronous,
+            fetch_every=fetch_every,
+            staleness_bound=staleness_bound,
+        )
         w = comm.Get_rank() - num_servers
         for t in range(steps):
             sl = worker_batch(t, w, workers, b)

@@ -18,8 +18,14 @@ pytestmark = pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not found")
 
 def run(*flags: str, ranks: int = 3, program: str = "cnn") -> str:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    proc = subprocess.run([MPIEXEC, "-n", str(ranks), sys.executable, "-m", "minidl.train", program, "--quick",
-                           *flags], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [MPIEXEC, "-n", str(ranks), sys.executable, "-m", "minidl.train", program, "--quick", *flags],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
 
@@ -48,6 +54,11 @@ def test_lm_sync_ps_with_two_servers():
 
 
 def test_bad_flags_are_refused():
-    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "minidl.train", "cnn", "--parallel", "ps",
-                           "--staleness-bound", "2"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [MPIEXEC, "-n", "2", sys.executable, "-m", "minidl.train", "cnn", "--parallel", "ps", "--staleness-bound", "2"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode != 0 and "needs --async" in proc.stderr

@@ -165,7 +165,7 @@ def test_pipeline_equals_single_process(sched, p, m):
 
 
 def test_returned_loss_is_the_mini_batch_mean():
-    (x, y), = make_batches(1)
+    ((x, y),) = make_batches(1)
     want = float(F.cross_entropy(make_model()(x), y).data)
 
     def run(comm):
@@ -176,7 +176,7 @@ def test_returned_loss_is_the_mini_batch_mean():
 
 
 def test_eval_step_is_the_forward_loss_and_leaves_no_gradients():
-    (x, y), = make_batches(1)
+    ((x, y),) = make_batches(1)
     want = float(F.cross_entropy(make_model()(x), y).data)
 
     def run(comm):
@@ -199,8 +199,10 @@ def test_dp_by_pp_equals_single_process(sched):
     def run(comm):
         grid = make_grid(comm, 2)
         half = BATCH // grid.dp
-        shards = [(x[grid.replica * half:(grid.replica + 1) * half], y[grid.replica * half:(grid.replica + 1) * half])
-                  for x, y in batches]
+        shards = [
+            (x[grid.replica * half : (grid.replica + 1) * half], y[grid.replica * half : (grid.replica + 1) * half])
+            for x, y in batches
+        ]
         return train_pipeline(grid.pp_comm, shards, sched, 3, grid.dp_comm)[0]
 
     results = simulate_f64(4, run)
@@ -212,8 +214,10 @@ def test_dp_by_pp_equals_single_process(sched):
 def test_one_f_one_b_holds_fewer_activations_than_gpipe():
     p, m = 4, 8
     batches = make_batches(1)
-    peaks = {name: simulate_f64(p, lambda comm, n=name: train_pipeline(comm, batches, n, m)[1].peak_stashed)
-             for name in SCHEDULES}
+    peaks = {
+        name: simulate_f64(p, lambda comm, n=name: train_pipeline(comm, batches, n, m)[1].peak_stashed)
+        for name in SCHEDULES
+    }
     assert peaks["gpipe"] == [m] * p
     assert peaks["1f1b"] == [p - s for s in range(p)]
     assert max(peaks["1f1b"]) < min(peaks["gpipe"])

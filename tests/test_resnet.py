@@ -53,9 +53,10 @@ def test_resnet20_parity_with_torch(rng):
     load_into_torch(theirs, ours)
     x = rng.standard_normal((4, 3, 32, 32)).astype(np.float32)
     compare_forward_backward(ours, theirs, x, rtol=1e-3, atol=1e-4)  # train mode: batch statistics
-    assert_state_dicts_equal(ours, theirs, rtol=1e-5, atol=1e-6)    # running statistics updated alike
+    assert_state_dicts_equal(ours, theirs, rtol=1e-5, atol=1e-6)  # running statistics updated alike
     ours.eval()
     theirs.eval()
     with torch.no_grad():
-        np.testing.assert_allclose(ours(minidl.tensor(x)).data, theirs(torch.from_numpy(x)).numpy(),
-                                   rtol=1e-3, atol=1e-4)
+        np.testing.assert_allclose(
+            ours(minidl.tensor(x)).data, theirs(torch.from_numpy(x)).numpy(), rtol=1e-3, atol=1e-4
+        )

@@ -38,13 +38,28 @@ def assert_same(a, b):
 def test_round_trip_keeps_structure_and_types(tmp_path):
     obj = {
         "model": {"layers.0.weight": np.arange(6, dtype=np.float32).reshape(2, 3), "layers.0.bias": np.zeros(3)},
-        "optimizer": {"state": {0: {"step": 3, "momentum_buffer": np.ones((2, 3))}, 2: {}},
-                      "param_groups": [{"lr": 0.1, "betas": (0.9, 0.999), "nesterov": True, "params": [0, 1, 2]}]},
-        "epoch": 7, "loss": float("nan"), "best": float("inf"), "tiny": 5e-324, "name": "zaremba small ✓",
-        "none": None, "empty": {}, "empty_list": [], "nested": [[1, 2.5], ("a", None)],
-        "np_scalar": np.float32(1.5), "np_int": np.int16(-3), "bool_": np.bool_(True),
-        "ints": np.array([1, 2], dtype=np.int64), "flags": np.array([True, False]), "text": np.array(["ab", "c"]),
-        "zero_d": np.array(2.0), "big": 2**62, "neg": -(2**63),
+        "optimizer": {
+            "state": {0: {"step": 3, "momentum_buffer": np.ones((2, 3))}, 2: {}},
+            "param_groups": [{"lr": 0.1, "betas": (0.9, 0.999), "nesterov": True, "params": [0, 1, 2]}],
+        },
+        "epoch": 7,
+        "loss": float("nan"),
+        "best": float("inf"),
+        "tiny": 5e-324,
+        "name": "zaremba small ✓",
+        "none": None,
+        "empty": {},
+        "empty_list": [],
+        "nested": [[1, 2.5], ("a", None)],
+        "np_scalar": np.float32(1.5),
+        "np_int": np.int16(-3),
+        "bool_": np.bool_(True),
+        "ints": np.array([1, 2], dtype=np.int64),
+        "flags": np.array([True, False]),
+        "text": np.array(["ab", "c"]),
+        "zero_d": np.array(2.0),
+        "big": 2**62,
+        "neg": -(2**63),
     }
     path = tmp_path / "ckpt.npz"
     minidl.save(obj, path)
@@ -174,17 +189,23 @@ def test_plain_npz_loads_as_flat_dict(tmp_path):
 
 
 leaves = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**63), 2**63 - 1), st.floats(allow_nan=False),
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**63 - 1),
+    st.floats(allow_nan=False),
     st.text(max_size=5).filter(lambda s: "\0" not in s),
     st.builds(lambda xs: np.array(xs, dtype=np.float32), st.lists(st.floats(width=32))),
 )
 trees = st.recursive(
     leaves,
     lambda kids: st.one_of(
-        st.lists(kids, max_size=3), st.tuples(kids, kids),
-        st.dictionaries(st.one_of(st.text(max_size=4).filter(lambda s: "/" not in s and "\0" not in s),
-                                  st.integers(0, 99)),
-                        kids, max_size=3),
+        st.lists(kids, max_size=3),
+        st.tuples(kids, kids),
+        st.dictionaries(
+            st.one_of(st.text(max_size=4).filter(lambda s: "/" not in s and "\0" not in s), st.integers(0, 99)),
+            kids,
+            max_size=3,
+        ),
     ),
     max_leaves=8,
 )
@@ -244,8 +265,15 @@ def test_save_load_resume_is_bitwise_identical(tmp_path, kind):
     params, opt, scheduler = build(kind)
     train(params, opt, scheduler, k)
     path = tmp_path / "resume.npz"
-    minidl.save({"params": [p.data for p in params], "optimizer": opt.state_dict(),
-                 "scheduler": scheduler.state_dict(), "step": k}, path)
+    minidl.save(
+        {
+            "params": [p.data for p in params],
+            "optimizer": opt.state_dict(),
+            "scheduler": scheduler.state_dict(),
+            "step": k,
+        },
+        path,
+    )
     del params, opt, scheduler
 
     params, opt, scheduler = build(kind)

@@ -73,8 +73,11 @@ def train_mlp(comm, steps: int = STEPS, gather_head: bool = True) -> tuple[list[
     for x, y in mlp_batches(steps):
         opt.zero_grad()
         logits = col(mlp(minidl.tensor(x)).tanh())
-        loss = (F.cross_entropy(logits, y) if gather_head
-                else tp.vocab_parallel_cross_entropy(logits, y, col.out_range.start, counting))
+        loss = (
+            F.cross_entropy(logits, y)
+            if gather_head
+            else tp.vocab_parallel_cross_entropy(logits, y, col.out_range.start, counting)
+        )
         loss.backward()
         opt.step()
     sent = counting.bytes_sent
@@ -119,8 +122,10 @@ def test_shard_then_gather_gives_the_dense_layer_back(P):
     def fn(comm):
         col = tp.ColumnParallelLinear.from_dense(dense, comm=comm)
         row = tp.RowParallelLinear.from_dense(dense, comm=comm)
-        assert col.weight.shape == (tp.shard_range(7, comm.Get_rank(), P).stop
-                                    - tp.shard_range(7, comm.Get_rank(), P).start, 9)
+        assert col.weight.shape == (
+            tp.shard_range(7, comm.Get_rank(), P).stop - tp.shard_range(7, comm.Get_rank(), P).start,
+            9,
+        )
         return tp.gather_linear(col), tp.gather_linear(row)
 
     for (cw, cb), (rw, rb) in collectives.simulate(P, fn):
@@ -152,8 +157,14 @@ def test_column_row_and_mlp_forward_backward_equal_dense(P):
     # dense: column(head, gathered) o row(fc2, whole input) o relu o fc1
     y = head(fc2(fc1(x).relu()))
     (y * r).sum().backward()
-    want = {"x": x.grad, "fc1": fc1.weight.grad, "fc2": fc2.weight.grad, "head": head.weight.grad,
-            "head.b": head.bias.grad, "fc2.b": fc2.bias.grad}
+    want = {
+        "x": x.grad,
+        "fc1": fc1.weight.grad,
+        "fc2": fc2.weight.grad,
+        "head": head.weight.grad,
+        "head.b": head.bias.grad,
+        "fc2.b": fc2.bias.grad,
+    }
 
     def fn(comm):
         a = tp.ColumnParallelLinear.from_dense(fc1, gather_output=True, comm=comm)
@@ -162,9 +173,13 @@ def test_column_row_and_mlp_forward_backward_equal_dense(P):
         xt = minidl.tensor(x0, requires_grad=True)
         out = c(b(a(xt).relu()))
         (out * r).sum().backward()
-        gw = {"fc1": tp.gather_linear(a, grad=True)[0], "fc2": tp.gather_linear(b, grad=True)[0],
-              "head": tp.gather_linear(c, grad=True)[0], "head.b": tp.gather_linear(c, grad=True)[1],
-              "fc2.b": b.bias.grad}
+        gw = {
+            "fc1": tp.gather_linear(a, grad=True)[0],
+            "fc2": tp.gather_linear(b, grad=True)[0],
+            "head": tp.gather_linear(c, grad=True)[0],
+            "head.b": tp.gather_linear(c, grad=True)[1],
+            "fc2.b": b.bias.grad,
+        }
         return out.data, xt.grad, gw
 
     for out, xg, gw in collectives.simulate(P, fn):
@@ -190,6 +205,7 @@ def test_f_and_g_gradcheck_through_the_parallel_mlp(P):
                 loss.backward()
                 return xt.grad, tp.gather_linear(block.fc1, grad=True)[0]
             return loss.item()
+
         return collectives.simulate(P, fn)
 
     analytic = run(fc1.weight.data, x0, True)
@@ -295,8 +311,9 @@ def test_vocab_parallel_cross_entropy_gradcheck():
     central differences of the split loss itself."""
     rng = np.random.default_rng(6)
     z0, target = rng.standard_normal((4, 7)), rng.integers(0, 7, 4)
-    assert collectives.simulate(1, lambda comm: minidl.gradcheck(
-        lambda z: tp.vocab_parallel_cross_entropy(z, target, 0, comm), [z0]))[0]
+    assert collectives.simulate(
+        1, lambda comm: minidl.gradcheck(lambda z: tp.vocab_parallel_cross_entropy(z, target, 0, comm), [z0])
+    )[0]
 
     def run(z, backward):
         def fn(comm):
@@ -307,6 +324,7 @@ def test_vocab_parallel_cross_entropy_gradcheck():
                 loss.backward()
                 return zr.grad
             return loss.item()
+
         return collectives.simulate(3, fn)
 
     analytic = np.concatenate(list(run(z0, True)), axis=1)

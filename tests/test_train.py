@@ -40,8 +40,23 @@ def test_lm_quick_learns_beyond_unigram(capsys):
 
 def test_lm_resume_equals_uninterrupted(tmp_path):
     """Stop mid-epoch (hidden state and dropout RNG in flight), resume across an epoch boundary: same bits."""
-    base = ["--quick", "--batch-size", "20", "--num-steps", "10", "--hidden-size", "24", "--layers", "2",
-            "--dropout", "0.3", "--epochs", "3", "--log-every", "1000"]  # 99 steps per epoch
+    base = [
+        "--quick",
+        "--batch-size",
+        "20",
+        "--num-steps",
+        "10",
+        "--hidden-size",
+        "24",
+        "--layers",
+        "2",
+        "--dropout",
+        "0.3",
+        "--epochs",
+        "3",
+        "--log-every",
+        "1000",
+    ]  # 99 steps per epoch
     first = lm.main(base + ["--max-steps", "80", "--save", str(tmp_path / "a.npz")])
     assert first["steps"] == 80
     resumed = lm.main(base + ["--max-steps", "130", "--resume", str(tmp_path / "a.npz")])
@@ -88,8 +103,9 @@ def write_ptb(directory: Path, rng: np.random.Generator) -> None:
 
 def test_lm_reads_ptb_directory(tmp_path, capsys, rng):
     write_ptb(tmp_path, rng)
-    r = lm.main(["--data", str(tmp_path), "--preset", "quick", "--batch-size", "4", "--epochs", "2",
-                 "--log-every", "1000"])
+    r = lm.main(
+        ["--data", str(tmp_path), "--preset", "quick", "--batch-size", "4", "--epochs", "2", "--log-every", "1000"]
+    )
     out = capsys.readouterr().out
     assert "optimal_ppl" not in r and "corpus optimum" not in out
     assert r["test_ppl"] < 4.0  # the next word is nearly determined; uniform over 7 words would be 7
@@ -142,6 +158,7 @@ def test_cnn_resume_equals_uninterrupted(tmp_path):
 
 def test_cnn_single_label_idx(tmp_path, rng, capsys):
     """MNIST-format files: 10 classes, cross-entropy. Class c is a bright bar in row band c: learnable."""
+
     def make(n):
         y = rng.integers(0, 10, n)
         x = rng.integers(0, 40, (n, 28, 28))
@@ -173,8 +190,25 @@ MPIEXEC = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shut
 def test_parallel_failure_aborts_the_job(tmp_path):
     """An error under --parallel data prints with its rank and ends the MPI job (MPI_Abort), never a hang."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "minidl.train", "lm", "--parallel", "data",
-                           "--data", str(tmp_path / "missing")], capture_output=True, text=True, timeout=90, env=env)
+    proc = subprocess.run(
+        [
+            MPIEXEC,
+            "-n",
+            "2",
+            sys.executable,
+            "-m",
+            "minidl.train",
+            "lm",
+            "--parallel",
+            "data",
+            "--data",
+            str(tmp_path / "missing"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        env=env,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out
     assert "of 2] aborting the job" in out and "PTB directory not found" in out, out
@@ -182,7 +216,12 @@ def test_parallel_failure_aborts_the_job(tmp_path):
 
 def test_python_dash_m_runs():
     """The real entry point, as a user types it (tiny run)."""
-    out = subprocess.run([sys.executable, "-m", "minidl.train", "lm", "--quick", "--max-steps", "3"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "minidl.train", "lm", "--quick", "--max-steps", "3"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert "test perplexity" in out.stdout

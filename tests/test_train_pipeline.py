@@ -24,8 +24,21 @@ COMMON = ["--quick", "--dtype", "float64", "--max-steps", "3"]
 
 def run_pipelined(nprocs, flags, path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    cmd = [str(MPIEXEC), "-n", str(nprocs), sys.executable, "-m", "minidl.train", "lm", "--parallel", "pipeline",
-           *COMMON, *flags, "--save", str(path)]
+    cmd = [
+        str(MPIEXEC),
+        "-n",
+        str(nprocs),
+        sys.executable,
+        "-m",
+        "minidl.train",
+        "lm",
+        "--parallel",
+        "pipeline",
+        *COMMON,
+        *flags,
+        "--save",
+        str(path),
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout, minidl.load(str(path))
@@ -37,10 +50,13 @@ def serial():
 
 
 @pytest.mark.skipif(not MPIEXEC.exists(), reason="mpiexec is not installed next to the Python executable")
-@pytest.mark.parametrize("nprocs, flags", [
-    (3, ["--schedule", "1f1b", "--micro-batches", "3"]),
-    (4, ["--schedule", "gpipe", "--micro-batches", "2", "--pipeline-stages", "2", "--batch-size", "5"]),
-])
+@pytest.mark.parametrize(
+    "nprocs, flags",
+    [
+        (3, ["--schedule", "1f1b", "--micro-batches", "3"]),
+        (4, ["--schedule", "gpipe", "--micro-batches", "2", "--pipeline-stages", "2", "--batch-size", "5"]),
+    ],
+)
 def test_pipelined_lm_program_matches_serial(tmp_path, serial, nprocs, flags):
     out, got = run_pipelined(nprocs, flags, tmp_path / "params.npz")
     assert "measured bubble" in out and "test perplexity" in out

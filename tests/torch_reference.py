@@ -33,12 +33,20 @@ def assert_state_dicts_equal(ours, theirs: nn.Module, rtol: float = 1e-6, atol: 
 
 def assert_close(ours: np.ndarray, ref: np.ndarray, rtol: float, atol: float, what: str) -> None:
     """allclose with ``atol`` relative to the reference's largest magnitude (gradients of deep nets are not O(1))."""
-    np.testing.assert_allclose(ours, ref, rtol=rtol, atol=atol * max(1.0, float(np.abs(ref).max(initial=0))),
-                               err_msg=what)
+    np.testing.assert_allclose(
+        ours, ref, rtol=rtol, atol=atol * max(1.0, float(np.abs(ref).max(initial=0))), err_msg=what
+    )
 
 
-def compare_forward_backward(ours, theirs: nn.Module, x: np.ndarray, seed: int = 0, rtol: float = 1e-5,
-                             atol: float = 1e-6, input_grad: bool = True) -> None:
+def compare_forward_backward(
+    ours,
+    theirs: nn.Module,
+    x: np.ndarray,
+    seed: int = 0,
+    rtol: float = 1e-5,
+    atol: float = 1e-6,
+    input_grad: bool = True,
+) -> None:
     """Same input and upstream gradient through both: outputs, input gradient and every parameter gradient agree.
 
     ``x`` float arrays get a gradient; integer arrays (embedding indices) are passed as they are.

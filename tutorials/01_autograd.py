@@ -122,6 +122,7 @@ assert np.isclose(w.grad, by_hand["w"]) and np.isclose(b.grad, by_hand["b"])
 # A naive depth-first walk that runs each Function's backward the first time it reaches it will handle `a`'s
 # Function while coming down the `p` branch, before `q` has reported. It silently drops a term.
 
+
 # %%
 def diamond():
     x = minidl.tensor(0.7, requires_grad=True, name="x")
@@ -186,8 +187,10 @@ print(" -> ".join(type(fn).__name__ for fn in _topological_order(d._ctx)))
 # %%
 A = rng.standard_normal((3, 4))
 B = rng.standard_normal((4, 2))
-print("softmax(A @ B) * logsumexp(A):",
-      minidl.gradcheck(lambda A, B: (A @ B).softmax(axis=1) * A.logsumexp(axis=1, keepdims=True), [A, B]))
+print(
+    "softmax(A @ B) * logsumexp(A):",
+    minidl.gradcheck(lambda A, B: (A @ B).softmax(axis=1) * A.logsumexp(axis=1, keepdims=True), [A, B]),
+)
 
 
 class BadSquare(minidl.Function):
@@ -213,6 +216,7 @@ except minidl.GradcheckError as err:
 # Two interleaved spirals in the plane (two turns each), two classes. A two-layer perceptron
 # $\text{logits} = \tanh(X W_1 + b_1) W_2 + b_2$, the softmax cross-entropy loss, and the update
 # $\theta \leftarrow \theta - \eta \nabla_\theta L$, done on `.data` so the update itself builds no graph.
+
 
 # %%
 def spirals(n_per_class: int, turns: float = 2.0, noise: float = 0.15):

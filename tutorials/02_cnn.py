@@ -64,8 +64,9 @@ rng = np.random.default_rng(0)
 
 # %%
 K, G = 4, 6  # window size and windows per side
-image, labels = make_shapes(1, size=K * G, noise=0.0, background=0.0, seed=5, p_present=1.0,
-                            classes=("circle", "cross"))
+image, labels = make_shapes(
+    1, size=K * G, noise=0.0, background=0.0, seed=5, p_present=1.0, classes=("circle", "cross")
+)
 x = image.astype(np.float64)  # [1, 1, 24, 24]
 cols = im2col(x, (K, K), (K, K), (0, 0))  # [N, C, kh, kw, OH, OW] = [1, 1, 4, 4, 6, 6]
 matrix = cols.reshape(K * K, G * G)  # one column per window
@@ -112,8 +113,9 @@ for n in range(N):
         for a in range(H):
             for b in range(W):
                 y_loops[n, o, a, b] = np.sum(ws[o] * xp[n, :, a : a + 3, b : b + 3])
-print(f"im2col vs loops: {np.abs(y_im2col - y_loops).max():.1e}, "
-      f"F.conv2d vs loops: {np.abs(y_layer - y_loops).max():.1e}")
+print(
+    f"im2col vs loops: {np.abs(y_im2col - y_loops).max():.1e}, F.conv2d vs loops: {np.abs(y_layer - y_loops).max():.1e}"
+)
 
 # %% [markdown]
 # The backward pass is the same idea run in reverse: $\partial w = \partial y \cdot \text{cols}^\top$ and
@@ -127,10 +129,10 @@ print(f"im2col vs loops: {np.abs(y_im2col - y_loops).max():.1e}, "
 # goes entirely to the winning pixel, the gradient of an average is shared equally:
 
 # %%
-a = minidl.tensor(np.array([[[[1.0, 3.0, 2.0, 0.0],
-                               [4.0, 0.0, 1.0, 5.0],
-                               [0.0, 1.0, 2.0, 2.0],
-                               [2.0, 6.0, 1.0, 0.0]]]]), requires_grad=True)
+a = minidl.tensor(
+    np.array([[[[1.0, 3.0, 2.0, 0.0], [4.0, 0.0, 1.0, 5.0], [0.0, 1.0, 2.0, 2.0], [2.0, 6.0, 1.0, 0.0]]]]),
+    requires_grad=True,
+)
 mx = F.max_pool2d(a, 2)
 mx.sum().backward()
 print("max pool 2x2:\n", mx.data[0, 0], "\ngradient of its sum w.r.t. the input:\n", a.grad[0, 0])
@@ -154,8 +156,9 @@ print("average pool 2x2:\n", av.data[0, 0], "\ngradient:\n", a.grad[0, 0])
 
 # %%
 bn = nn.BatchNorm2d(3)
-batch = minidl.tensor(rng.normal(loc=[[[[5.0]], [[-2.0]], [[0.0]]]], scale=[[[[3.0]], [[0.5]], [[1.0]]]],
-                                 size=(8, 3, 4, 4)))
+batch = minidl.tensor(
+    rng.normal(loc=[[[[5.0]], [[-2.0]], [[0.0]]]], scale=[[[[3.0]], [[0.5]], [[1.0]]]], size=(8, 3, 4, 4))
+)
 y = bn(batch)
 stats = (0, 2, 3)  # over the batch and the pixels: one mean and variance per channel
 print("per-channel mean before:", batch.data.mean(axis=stats).round(2), " after:", y.data.mean(axis=stats).round(6))
@@ -200,8 +203,10 @@ print("saved", OUT / "02_shapes.png")
 # %%
 minidl.set_default_dtype(np.float32)
 result = cnn.main(["--preset", "quick" if QUICK else "demo"])
-print(f"per-label accuracy {100 * result['accuracy']:.2f}%, every label right on {100 * result['exact']:.1f}% "
-      f"of the images, {result['images_per_s']:.0f} images/s")
+print(
+    f"per-label accuracy {100 * result['accuracy']:.2f}%, every label right on {100 * result['exact']:.1f}% "
+    f"of the images, {result['images_per_s']:.0f} images/s"
+)
 
 # %%
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8))

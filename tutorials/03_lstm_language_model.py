@@ -111,8 +111,11 @@ out1, state = lstm(x1)
 out2, _ = lstm(x2, (state[0].detach(), state[1].detach()))
 out2.sum().backward()
 print("state after window 1 has a history:", state[0]._ctx is not None)
-print("its detached copy is a leaf, same values:", state[0].detach()._ctx is None,
-      np.array_equal(state[0].detach().data, state[0].data))
+print(
+    "its detached copy is a leaf, same values:",
+    state[0].detach()._ctx is None,
+    np.array_equal(state[0].detach().data, state[0].data),
+)
 
 # %% [markdown]
 # ## 3. The LSTM twice: the readable cell and the fused kernel
@@ -128,6 +131,7 @@ print("its detached copy is a leaf, same values:", state[0].detach()._ctx is Non
 # Function whose forward keeps the gate activations of every step and whose backward runs the recurrence
 # backwards in time with the derivatives written out (e.g. $\partial c_{t-1} = \partial c_t \odot f +
 # \dots$), one matrix product for all four gates. The two must agree; in float64 they do to rounding:
+
 
 # %%
 def composed(cell: nn.LSTMCell, x: minidl.Tensor) -> minidl.Tensor:
@@ -165,6 +169,7 @@ for name in ("weight_ih", "weight_hh", "bias_ih"):
 # forward plus backward. The composed cell pays Python and graph overhead at every one of the T steps; the
 # fused kernel does one input projection for the whole sequence and a fixed handful of NumPy calls per step.
 
+
 # %%
 def time_fwd_bwd(fn, repeats: int) -> float:
     best = float("inf")
@@ -180,8 +185,10 @@ T, B, I, H = (10, 10, 50, 50) if QUICK else (20, 20, 200, 200)
 cell, fused, x = both(T, B, I, H, np.float32)
 t_cell = time_fwd_bwd(lambda: composed(cell, x), 3 if QUICK else 10)
 t_fused = time_fwd_bwd(lambda: fused(x)[0], 3 if QUICK else 10)
-print(f"T={T} B={B} H={H}: composed cell {1e3 * t_cell:.1f} ms, fused kernel {1e3 * t_fused:.1f} ms "
-      f"({t_cell / t_fused:.1f}x)")
+print(
+    f"T={T} B={B} H={H}: composed cell {1e3 * t_cell:.1f} ms, fused kernel {1e3 * t_fused:.1f} ms "
+    f"({t_cell / t_fused:.1f}x)"
+)
 minidl.set_default_dtype(np.float32)
 
 # %% [markdown]
@@ -209,8 +216,10 @@ minidl.set_default_dtype(np.float32)
 
 # %%
 result = lm.main(["--preset", "quick" if QUICK else "demo"])
-print(f"test perplexity {result['test_ppl']:.2f}, optimum {result['optimal_ppl']:.2f} "
-      f"(gap {100 * result['gap']:.1f}%), unigram {result['unigram_ppl']:.1f}")
+print(
+    f"test perplexity {result['test_ppl']:.2f}, optimum {result['optimal_ppl']:.2f} "
+    f"(gap {100 * result['gap']:.1f}%), unigram {result['unigram_ppl']:.1f}"
+)
 
 # %%
 import matplotlib.pyplot as plt  # noqa: E402
@@ -253,8 +262,11 @@ print("saved", OUT / "03_lm_training.png")
 
 # %%
 with tempfile.TemporaryDirectory() as tmp:
-    for split, text in {"train": "the cat sat on the mat\n the dog sat on the <unk>\n",
-                        "valid": "the cat sat on the dog\n", "test": "the dog sat on the mat\n"}.items():
+    for split, text in {
+        "train": "the cat sat on the mat\n the dog sat on the <unk>\n",
+        "valid": "the cat sat on the dog\n",
+        "test": "the dog sat on the mat\n",
+    }.items():
         Path(tmp, f"ptb.{split}.txt").write_text(text)
     ptb = read_ptb(tmp)
     print(ptb)

@@ -96,14 +96,23 @@ for m in result.messages[:6]:
 # (send step, source) to (arrival, destination), colored by its phase (its tag).
 
 # %%
-PHASES = {2: "fold", 3: "gather", 4: "scatter", 5: "reduce", 6: "broadcast", 7: "reduce-scatter",
-          8: "allgather", 9: "exchange"}
+PHASES = {
+    2: "fold",
+    3: "gather",
+    4: "scatter",
+    5: "reduce",
+    6: "broadcast",
+    7: "reduce-scatter",
+    8: "allgather",
+    9: "exchange",
+}
 
 
 def draw(p, algorithm, n=24, title=None):
     """Simulate one allreduce of n float32 per rank and draw its messages (the check left out)."""
-    res = collectives.simulate(p, lambda comm: collectives.allreduce(
-        comm, np.ones(n, np.float32), algorithm=algorithm, check=False))
+    res = collectives.simulate(
+        p, lambda comm: collectives.allreduce(comm, np.ones(n, np.float32), algorithm=algorithm, check=False)
+    )
     messages = [m for m in res.messages if m.tag != TAG_CHECK]
     count, nbytes = traffic(messages, p)
     print(f"{algorithm:>18} p={p}: {res.rounds} rounds, messages per rank {count}, bytes per rank {nbytes}")
@@ -113,12 +122,22 @@ def draw(p, algorithm, n=24, title=None):
     colors = {}
     for m in messages:
         color = colors.setdefault(m.tag, f"C{len(colors)}")
-        ax.annotate("", xy=(m.arrival, m.dest), xytext=(m.step, m.source),
-                    arrowprops=dict(arrowstyle="->", color=color, lw=0.6 + 2.5 * m.nbytes / (4 * n)))
+        ax.annotate(
+            "",
+            xy=(m.arrival, m.dest),
+            xytext=(m.step, m.source),
+            arrowprops=dict(arrowstyle="->", color=color, lw=0.6 + 2.5 * m.nbytes / (4 * n)),
+        )
     for tag, color in colors.items():
         ax.plot([], [], color=color, label=PHASES.get(tag, str(tag)))
-    ax.set(xlim=(-0.3, res.rounds + 0.3), ylim=(p - 0.5, -0.5), yticks=range(p), xlabel="step", ylabel="rank",
-           title=title or f"{algorithm}, p = {p} (arrow width ~ bytes)")
+    ax.set(
+        xlim=(-0.3, res.rounds + 0.3),
+        ylim=(p - 0.5, -0.5),
+        yticks=range(p),
+        xlabel="step",
+        ylabel="rank",
+        title=title or f"{algorithm}, p = {p} (arrow width ~ bytes)",
+    )
     ax.grid(axis="x", alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     path = OUT / f"04_schedule_{algorithm}_p{p}.png"
@@ -201,15 +220,18 @@ res = draw(6, "rabenseifner")
 n = 1000
 for algorithm in collectives.ALGORITHMS:
     for p in (4, 5, 8):
-        res = collectives.simulate(p, lambda comm, a=algorithm: collectives.allreduce(
-            comm, np.ones(n, np.float32), algorithm=a, check=False))
+        res = collectives.simulate(
+            p, lambda comm, a=algorithm: collectives.allreduce(comm, np.ones(n, np.float32), algorithm=a, check=False)
+        )
         count, nbytes = traffic(res.messages, p)
         assert count == cost.messages_per_rank(algorithm, p)
         assert sum(nbytes) == cost.total_bytes(algorithm, p, 4 * n)
         assert res.rounds == cost.terms(algorithm, p, 4 * n).rounds
         t = cost.terms(algorithm, p, 4 * n)
-        print(f"{algorithm:>18} p={p}: rounds {t.rounds:2d}, bytes on the critical path {t.sent / (4 * n):.2f} n, "
-              f"total on the wire {sum(nbytes) / (4 * n):.1f} n  (record agrees)")
+        print(
+            f"{algorithm:>18} p={p}: rounds {t.rounds:2d}, bytes on the critical path {t.sent / (4 * n):.2f} n, "
+            f"total on the wire {sum(nbytes) / (4 * n):.1f} n  (record agrees)"
+        )
 
 # %% [markdown]
 # ## 8. Choosing by size, as MPICH does
@@ -222,12 +244,19 @@ for algorithm in collectives.ALGORITHMS:
 
 # %%
 params = cost.get_params()
-print(f"alpha = {params.alpha * 1e6:.1f} us, beta = {params.beta * 1e9:.3f} ns/byte, "
-      f"gamma = {params.gamma * 1e9:.3f} ns/byte")
+print(
+    f"alpha = {params.alpha * 1e6:.1f} us, beta = {params.beta * 1e9:.3f} ns/byte, "
+    f"gamma = {params.gamma * 1e9:.3f} ns/byte"
+)
 sizes = [2**k for k in range(6, 27, 2)]
 for p in (2, 3, 4, 8, 16):
-    print(f"p={p:2d}: " + "  ".join(f"{s >> 10 if s >= 1024 else s}{'K' if s >= 1024 else 'B'}:"
-                                    f"{collectives.choose_algorithm(p, s)[0][:4]}" for s in sizes))
+    print(
+        f"p={p:2d}: "
+        + "  ".join(
+            f"{s >> 10 if s >= 1024 else s}{'K' if s >= 1024 else 'B'}:{collectives.choose_algorithm(p, s)[0][:4]}"
+            for s in sizes
+        )
+    )
 
 if plt is not None:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
@@ -258,11 +287,25 @@ rows = []
 if mpiexec is None:
     print("mpiexec not found: skipping the measurement (pip install mpi4py mpich)")
 else:
-    cmd = [mpiexec, "-n", "2", sys.executable, "-m", "collectives.bench", "--sizes", bench_sizes, "--json",
-           "--algorithms", "recursive_doubling,ring,tree,auto", "--repeats", "10" if QUICK else "40"]
+    cmd = [
+        mpiexec,
+        "-n",
+        "2",
+        sys.executable,
+        "-m",
+        "collectives.bench",
+        "--sizes",
+        bench_sizes,
+        "--json",
+        "--algorithms",
+        "recursive_doubling,ring,tree,auto",
+        "--repeats",
+        "10" if QUICK else "40",
+    ]
     print(" ".join(cmd[:1] + ["-n", "2", "python"] + cmd[4:]))
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
-                          cwd=Path(collectives.__file__).resolve().parents[1])
+    done = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=600, cwd=Path(collectives.__file__).resolve().parents[1]
+    )
     if done.returncode != 0:
         print("the benchmark failed:", done.stderr[-2000:])
     else:
@@ -270,13 +313,17 @@ else:
 
         report = json.loads(done.stdout)
         rows = report["rows"]
-        print(f"calibrated: alpha {report['params']['alpha'] * 1e6:.1f} us, beta {report['params']['beta'] * 1e9:.3f}"
-              f" ns/B, gamma {report['params']['gamma'] * 1e9:.3f} ns/B")
+        print(
+            f"calibrated: alpha {report['params']['alpha'] * 1e6:.1f} us, beta {report['params']['beta'] * 1e9:.3f}"
+            f" ns/B, gamma {report['params']['gamma'] * 1e9:.3f} ns/B"
+        )
         print(f"{'size':>9} {'algorithm':>28} {'measured us':>12} {'model us':>9} {'x MPI':>6} {'#wrong':>6}")
         for r in rows:
             model = f"{r['predicted_us']:9.1f}" if r["predicted_us"] else f"{'-':>9}"
-            print(f"{r['size']:>9} {r['algorithm']:>28} {r['time_us']:12.1f} {model} {r['x_mpi_time']:6.2f} "
-                  f"{r['wrong']:>6}")
+            print(
+                f"{r['size']:>9} {r['algorithm']:>28} {r['time_us']:12.1f} {model} {r['x_mpi_time']:6.2f} "
+                f"{r['wrong']:>6}"
+            )
 
 # %% [markdown]
 # The bench's own predictions used the parameters it calibrated at start-up. Where the model is
@@ -315,6 +362,7 @@ if plt is not None and rows:
 # and run it with `mpiexec -n 4 python script.py`; the full benchmark is
 # `mpiexec -n 4 python -m collectives.bench --plot`. Ranks that bring different shapes or dtypes
 # all get the same `collectives.MismatchError` naming who brought what, never a hang:
+
 
 # %%
 def mismatched(comm):

@@ -106,8 +106,10 @@ reference = small_cnn()
 reference.load_state_dict(model.state_dict())
 F.cross_entropy(reference(minidl.tensor(images[global_batch])), labels[global_batch]).backward()
 for name, p in reference.named_parameters():
-    say(f"{name:>9}: |local - big batch| = {np.abs(local[name] - p.grad).max():.2e}   "
-        f"|averaged - big batch| = {np.abs(averaged[name] - p.grad).max():.2e}")
+    say(
+        f"{name:>9}: |local - big batch| = {np.abs(local[name] - p.grad).max():.2e}   "
+        f"|averaged - big batch| = {np.abs(averaged[name] - p.grad).max():.2e}"
+    )
 opt.step()
 
 # %% [markdown]
@@ -131,7 +133,7 @@ serial = small_cnn()
 serial.load_state_dict(start)
 serial_opt = optim.SGD(serial.parameters(), lr=eta)
 for r in range(P):  # the same P*b examples, b at a time
-    part = global_batch[r * b:(r + 1) * b]
+    part = global_batch[r * b : (r + 1) * b]
     serial_opt.zero_grad()
     F.cross_entropy(serial(minidl.tensor(images[part])), labels[part]).backward()
     serial_opt.step()
@@ -144,8 +146,10 @@ F.cross_entropy(big(minidl.tensor(images[mine])), labels[mine]).backward()
 big_opt.step()
 moved = np.sqrt(sum(np.sum((serial.state_dict()[k] - start[k]) ** 2) for k in start))
 apart = np.sqrt(sum(np.sum((serial.state_dict()[k] - big.state_dict()[k]) ** 2) for k in start))
-say(f"{P} small steps moved the weights by {moved:.4f}; one step with lr x{P} lands {apart:.4f} away "
-    f"({100 * apart / moved:.1f}% of the move)")
+say(
+    f"{P} small steps moved the weights by {moved:.4f}; one step with lr x{P} lands {apart:.4f} away "
+    f"({100 * apart / moved:.1f}% of the move)"
+)
 
 # %% [markdown]
 # Close, but only while the gradient changes slowly - which it does not at the start of training, when the
@@ -200,8 +204,10 @@ from minidl.models.lm import LSTMLanguageModel  # noqa: E402
 lm = LSTMLanguageModel(VOCAB, HIDDEN, 2, init_scale=0.1)
 dist.broadcast_parameters(lm)
 params = list(lm.parameters())
-say(f"LM: {len(params)} gradient arrays, {sum(p.size for p in params) / 1e6:.2f}M parameters, "
-    f"{sum(p.data.nbytes for p in params) / 2**20:.1f} MiB of gradients per step")
+say(
+    f"LM: {len(params)} gradient arrays, {sum(p.size for p in params) / 1e6:.2f}M parameters, "
+    f"{sum(p.data.nbytes for p in params) / 2**20:.1f} MiB of gradients per step"
+)
 for fusion_bytes in (0, 2**20, dist.DEFAULT_FUSION_BYTES):
     o = dist.DistributedOptimizer(optim.SGD(params, lr=1.0), fusion_bytes=fusion_bytes)
     for p in params:
@@ -213,8 +219,7 @@ for fusion_bytes in (0, 2**20, dist.DEFAULT_FUSION_BYTES):
         # what o.synchronize() does: pack each bucket, allreduce it, unpack (here with scale 1)
         dist.allreduce_buckets(o.buckets, comm, "ring", 1.0, check=False)
         times.append(time.perf_counter() - t0)
-    say(f"fusion_bytes={fusion_bytes:>9}: {len(o.buckets):>2} allreduces per step, "
-        f"{1e3 * np.median(times):6.2f} ms")
+    say(f"fusion_bytes={fusion_bytes:>9}: {len(o.buckets):>2} allreduces per step, {1e3 * np.median(times):6.2f} ms")
     lm.zero_grad()
 
 # %% [markdown]
@@ -299,9 +304,11 @@ one_process.load_state_dict(bn_model.state_dict())
 x_mine, x_all = minidl.tensor(images[mine]), minidl.tensor(images[global_batch])
 y_per_rank = bn_model(x_mine).data
 y_sync = sync_model(x_mine).data
-y_big = one_process(x_all).data[RANK * b:(RANK + 1) * b]  # this rank's rows of the big-batch output
-say(f"|per-rank BN - big batch| = {np.abs(y_per_rank - y_big).max():.2e}    "
-    f"|SyncBatchNorm - big batch| = {np.abs(y_sync - y_big).max():.2e}")
+y_big = one_process(x_all).data[RANK * b : (RANK + 1) * b]  # this rank's rows of the big-batch output
+say(
+    f"|per-rank BN - big batch| = {np.abs(y_per_rank - y_big).max():.2e}    "
+    f"|SyncBatchNorm - big batch| = {np.abs(y_sync - y_big).max():.2e}"
+)
 
 # %% [markdown]
 # How noisy are per-rank statistics? The batch mean of b samples has standard deviation σ/√b, so with b = 2

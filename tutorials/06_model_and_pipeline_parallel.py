@@ -64,6 +64,7 @@ OUT.mkdir(exist_ok=True)
 
 def on_ranks(P, fn, *args):
     """fn(comm, *args) on P simulated ranks, in float64 (the default dtype is per thread)."""
+
     def body(comm, *a):
         minidl.set_default_dtype(np.float64)
         return fn(comm, *a)
@@ -105,6 +106,7 @@ WANT = dense_grads()
 # and `send`'s backward receives it. Each rank calls `.backward()` on what it holds (the loss, or a send
 # "token"), and the gradients are exactly the single-process ones.
 
+
 # %%
 def model_parallel_grads(comm):
     stage = SequentialStage(make_model(), comm)
@@ -131,6 +133,7 @@ print(f"model parallel (3 ranks) vs one process: max relative gradient differenc
 # act(W1_r X) - its own slice of the hidden features - and W2_r times that slice; the partial products are
 # summed by one allreduce. Backward needs one allreduce too, of dL/dX (Megatron's conjugate operators f and g).
 
+
 # %%
 def tensor_parallel_check(comm):
     minidl.manual_seed(1)
@@ -148,8 +151,10 @@ x_dense = minidl.tensor(X, requires_grad=True)
 dense_out = fc2(fc1(x_dense).relu())
 F.cross_entropy(dense_out, Y).backward()
 for r, (out, gx, shard) in enumerate(on_ranks(2, tensor_parallel_check)):
-    print(f"rank {r}: fc1 shard {shard}; output vs dense {rel_diff(out, dense_out.data):.1e}, "
-          f"dL/dx vs dense {rel_diff(gx, x_dense.grad):.1e}")
+    print(
+        f"rank {r}: fc1 shard {shard}; output vs dense {rel_diff(out, dense_out.data):.1e}, "
+        f"dL/dx vs dense {rel_diff(gx, x_dense.grad):.1e}"
+    )
 
 # %% [markdown]
 # ## 3. Pipelining: micro-batches keep every stage busy
@@ -261,8 +266,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 fig, axes = plt.subplots(3, 1, figsize=(11, 8))
 for ax, s in zip(axes, ("gpipe", "1f1b")):
     plot_schedule(runs[s][0][0], ax=ax, title=f"{s.upper()} as it ran: p={P}, m={M}, emulated device, ")
-plot_schedule(ideal_events("1f1b", M, P, T_F, 2 * T_F), ax=axes[2], title="1F1B ideal (no overhead, no comm), ",
-              measured=False)
+plot_schedule(
+    ideal_events("1f1b", M, P, T_F, 2 * T_F), ax=axes[2], title="1F1B ideal (no overhead, no comm), ", measured=False
+)
 axes[2].set_xlabel("time (ms)")
 fig.tight_layout()
 fig.savefig(OUT / "06_pipeline_schedules.png", dpi=110)
@@ -282,10 +288,13 @@ print(f"saved {OUT / '06_pipeline_schedules.png'}")
 
 # %%
 real = on_ranks(P, timed_run, "1f1b", M, False, 2, 64 if QUICK else 256, 256 if QUICK else 1024)[0][0]
-plot_schedule(real, OUT / "06_pipeline_real_compute.png", title=f"1F1B, real NumPy compute on simulated ranks, p={P}, "
-              f"m={M}, ")
-print(f"real compute: measured bubble {bubble_fraction(real, P):.2f} (formula {bubble_formula(M, P):.2f}); "
-      f"saved {OUT / '06_pipeline_real_compute.png'}")
+plot_schedule(
+    real, OUT / "06_pipeline_real_compute.png", title=f"1F1B, real NumPy compute on simulated ranks, p={P}, m={M}, "
+)
+print(
+    f"real compute: measured bubble {bubble_fraction(real, P):.2f} (formula {bubble_formula(M, P):.2f}); "
+    f"saved {OUT / '06_pipeline_real_compute.png'}"
+)
 
 # %% [markdown]
 # ## 5. The bubble: measured against (p - 1) / (m + p - 1)
@@ -355,12 +364,15 @@ for s in ("gpipe", "1f1b"):
 # the global batch, and the `DistributedOptimizer` averages each stage's gradients over its data-parallel
 # group before the step - the same step as one process on the whole global batch.
 
+
 # %%
 def dp_pp(comm, batches, schedule):
     grid = make_grid(comm, 2)
     half = N // grid.dp
-    shard = [(x[grid.replica * half:(grid.replica + 1) * half], y[grid.replica * half:(grid.replica + 1) * half])
-             for x, y in batches]
+    shard = [
+        (x[grid.replica * half : (grid.replica + 1) * half], y[grid.replica * half : (grid.replica + 1) * half])
+        for x, y in batches
+    ]
     state, _ = pipelined(grid.pp_comm, shard, schedule, 4, dp_comm=grid.dp_comm)
     return comm.Get_rank(), grid.replica, grid.stage, state
 

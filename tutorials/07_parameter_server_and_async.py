@@ -116,8 +116,9 @@ for t in range(5):
     first = batch(t, 0, W).start
     loss_on(reference, slice(first, first + W * B)).backward()
     opt.step()
-err = max(np.abs(p.data - q.data).max() / np.abs(q.data).max() for p, q in zip(model.parameters(),
-                                                                               reference.parameters()))
+err = max(
+    np.abs(p.data - q.data).max() / np.abs(q.data).max() for p, q in zip(model.parameters(), reference.parameters())
+)
 say(f"sync PS ({W} workers x batch {B}) vs one process (batch {W * B}): max relative difference {err:.1e}")
 assert err < 1e-8
 
@@ -136,8 +137,10 @@ assert err < 1e-8
 MB = 2**20
 say(f"{'ranks P':>8s} {'allreduce, per rank':>20s} {'PS (1 server), server':>22s} {'PS (4 servers), server':>23s}")
 for p in (8, 16, 64, 256):
-    say(f"{p:8d} {C.allreduce_bytes_per_rank(MB, p) / MB:17.2f} MB {C.server_bytes_per_step(MB, p - 1) / MB:19.1f} MB "
-        f"{C.server_bytes_per_step(MB, p - 4, 4) / MB:20.1f} MB")
+    say(
+        f"{p:8d} {C.allreduce_bytes_per_rank(MB, p) / MB:17.2f} MB {C.server_bytes_per_step(MB, p - 1) / MB:19.1f} MB "
+        f"{C.server_bytes_per_step(MB, p - 4, 4) / MB:20.1f} MB"
+    )
 
 # %% [markdown]
 # The bytes are counted, not just predicted: `dist.TrafficComm(comm)` wraps a communicator and adds up
@@ -159,8 +162,10 @@ else:
 M = counted.traffic_matrix()  # M[i, j] = bytes rank i sent to rank j
 nbytes = sum(p.data.nbytes for p in model.parameters())
 total = M.sum(axis=0) + M.sum(axis=1)
-say(f"model {nbytes} bytes; bytes sent + received over {steps} steps (+ first pull, DONE): "
-    + ", ".join(f"rank {r}{' (server)' if r == 0 else ''}: {b:,}" for r, b in enumerate(total)))
+say(
+    f"model {nbytes} bytes; bytes sent + received over {steps} steps (+ first pull, DONE): "
+    + ", ".join(f"rank {r}{' (server)' if r == 0 else ''}: {b:,}" for r, b in enumerate(total))
+)
 say(f"server / worker = {total[0] / total[1]:.2f} (W = {W})")
 
 # %% [markdown]
@@ -201,8 +206,11 @@ def async_run(steps, fetch_every=1, bound=None):
 
 
 steps = 30 if QUICK else 150
-runs = {"pull every step": async_run(steps), "pull every 4 steps": async_run(steps, 4),
-        "pull every 4, bound 2": async_run(steps, 4, bound=2)}
+runs = {
+    "pull every step": async_run(steps),
+    "pull every 4 steps": async_run(steps, 4),
+    "pull every 4, bound 2": async_run(steps, 4, bound=2),
+}
 for name, (stats, loss) in runs.items():
     say(f"{name:22s} loss {loss:.3f} | {stats.summary() if stats else ''}")
 

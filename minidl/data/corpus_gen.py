@@ -204,5 +204,11 @@ def generated_corpus(config: str | CorpusConfig = "default", seed: int = 0, **ov
         # Independent generator per split: changing one split's size leaves the others unchanged.
         _, splits[name] = hmm.sample(size, np.random.default_rng([seed, 1 + i]))
     label = config if isinstance(config, str) else "custom"
-    return Corpus(Vocabulary(words), splits["train"], splits["valid"], splits["test"],
-                  name=f"generated-{label}-seed{seed}", model=hmm)
+    return Corpus(
+        Vocabulary(words),
+        splits["train"],
+        splits["valid"],
+        splits["test"],
+        name=f"generated-{label}-seed{seed}",
+        model=hmm,
+    )

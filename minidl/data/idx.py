@@ -89,8 +89,11 @@ def save_idx(path: str | Path, array: np.ndarray, compress: bool | None = None) 
         raise TypeError(f"save_idx: dtype {a.dtype} has no IDX code (use uint8, int8, int16, int32, float32, float64)")
     if a.ndim > 255 or any(d >= 2**32 for d in a.shape):
         raise ValueError(f"save_idx: shape {a.shape} does not fit IDX (ndim <= 255, dims < 2**32)")
-    payload = (bytes([0, 0, code, a.ndim]) + np.asarray(a.shape, dtype=">u4").tobytes()
-               + np.ascontiguousarray(a, dtype=IDX_DTYPES[code]).tobytes())
+    payload = (
+        bytes([0, 0, code, a.ndim])
+        + np.asarray(a.shape, dtype=">u4").tobytes()
+        + np.ascontiguousarray(a, dtype=IDX_DTYPES[code]).tobytes()
+    )
     if compress is None:
         compress = path.suffix == ".gz"
     path.write_bytes(gzip.compress(payload, mtime=0) if compress else payload)

@@ -121,8 +121,10 @@ class ImageSet:
     classes: tuple[str, ...]
 
     def __repr__(self) -> str:
-        return (f"ImageSet(train {self.x_train.shape}, test {self.x_test.shape}, classes {self.classes}, "
-                f"label rate {self.y_train.mean():.2f})")
+        return (
+            f"ImageSet(train {self.x_train.shape}, test {self.x_test.shape}, classes {self.classes}, "
+            f"label rate {self.y_train.mean():.2f})"
+        )
 
 
 IMAGE_CONFIGS: dict[str, dict] = {

@@ -25,8 +25,16 @@ if TYPE_CHECKING:
     from minidl.data.hmm import HMM
 
 __all__ = [
-    "EOS", "UNK", "Vocabulary", "Corpus", "read_words", "read_ptb", "read_text_file",
-    "batchify", "bptt_batches", "num_bptt_batches",
+    "EOS",
+    "UNK",
+    "Vocabulary",
+    "Corpus",
+    "read_words",
+    "read_ptb",
+    "read_text_file",
+    "batchify",
+    "bptt_batches",
+    "num_bptt_batches",
 ]
 
 EOS = "<eos>"
@@ -122,8 +130,10 @@ class Corpus:
         return float(np.exp(-log_p[self.split(split)].mean()))
 
     def __repr__(self) -> str:
-        return (f"Corpus({self.name!r}: vocab {len(self.vocab)}, train {self.train.size}, "
-                f"valid {self.valid.size}, test {self.test.size} words)")
+        return (
+            f"Corpus({self.name!r}: vocab {len(self.vocab)}, train {self.train.size}, "
+            f"valid {self.valid.size}, test {self.test.size} words)"
+        )
 
 
 # ----------------------------------------------------------------------------- readers

@@ -64,8 +64,10 @@ def _fail_together(comm: Any, what: str, load: Any) -> None:
         # each failed rank tells the others why (only when something failed: no cost otherwise)
         reasons = [broadcast_state(_message(error) if r == rank else None, r, comm) for r in failed]
         if failed and error is None:
-            raise MismatchError(f"{what}: ranks {failed} could not take the root's state:\n  "
-                                + "\n  ".join(f"rank {r}: {reason}" for r, reason in zip(failed, reasons)))
+            raise MismatchError(
+                f"{what}: ranks {failed} could not take the root's state:\n  "
+                + "\n  ".join(f"rank {r}: {reason}" for r, reason in zip(failed, reasons))
+            )
     if error is not None:
         raise error
 
@@ -125,8 +127,9 @@ def broadcast_optimizer_state(optimizer: Optimizer, root: int = 0, comm: Any = N
     def load() -> None:
         differences = layout_differences(root_state["layout"], layout, root_state["state_dict"])
         if differences:
-            raise ValueError(f"broadcast_optimizer_state: rank {rank}'s optimizer differs from the root's: "
-                             + "; ".join(differences))
+            raise ValueError(
+                f"broadcast_optimizer_state: rank {rank}'s optimizer differs from the root's: " + "; ".join(differences)
+            )
         optimizer.load_state_dict(root_state["state_dict"])
 
     _fail_together(comm, "broadcast_optimizer_state", load if rank != root else lambda: None)
@@ -139,9 +142,13 @@ def optimizer_layout(optimizer: Any) -> dict[str, Any]:
     inner = optimizer
     while hasattr(inner, "optimizer"):
         inner = inner.optimizer
-    return {"class": type(inner).__name__,
-            "groups": [{"hyperparameters": sorted(k for k in g if k != "params"),
-                        "shapes": [list(p.shape) for p in g["params"]]} for g in optimizer.param_groups]}
+    return {
+        "class": type(inner).__name__,
+        "groups": [
+            {"hyperparameters": sorted(k for k in g if k != "params"), "shapes": [list(p.shape) for p in g["params"]]}
+            for g in optimizer.param_groups
+        ],
+    }
 
 
 def layout_differences(root: dict[str, Any], mine: dict[str, Any], root_state_dict: dict[str, Any]) -> list[str]:
@@ -156,13 +163,18 @@ def layout_differences(root: dict[str, Any], mine: dict[str, Any], root_state_di
     for g, (theirs, ours) in enumerate(zip(root["groups"], mine["groups"])):
         names_root, names_here = set(theirs["hyperparameters"]), set(ours["hyperparameters"])
         if names_root != names_here:
-            out.append(f"group {g} hyperparameters: {sorted(names_root - names_here)} only on the root, "
-                       f"{sorted(names_here - names_root)} only here")
+            out.append(
+                f"group {g} hyperparameters: {sorted(names_root - names_here)} only on the root, "
+                f"{sorted(names_here - names_root)} only here"
+            )
         if len(theirs["shapes"]) != len(ours["shapes"]):
             out.append(f"group {g}: {len(theirs['shapes'])} parameters on the root, {len(ours['shapes'])} here")
             continue
-        out += [f"group {g} parameter {i}: shape {tuple(a)} on the root, {tuple(b)} here"
-                for i, (a, b) in enumerate(zip(theirs["shapes"], ours["shapes"])) if a != b]
+        out += [
+            f"group {g} parameter {i}: shape {tuple(a)} on the root, {tuple(b)} here"
+            for i, (a, b) in enumerate(zip(theirs["shapes"], ours["shapes"]))
+            if a != b
+        ]
     return out
 
 

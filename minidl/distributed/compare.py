@@ -64,8 +64,16 @@ class Task:
     batch_size: int
 
 
-def image_task(n_train: int = 4000, n_test: int = 500, size: int = 16, hidden: int = 128, batch_size: int = 32,
-               lr: float = 0.1, momentum: float = 0.9, seed: int = 0) -> Task:
+def image_task(
+    n_train: int = 4000,
+    n_test: int = 500,
+    size: int = 16,
+    hidden: int = 128,
+    batch_size: int = 32,
+    lr: float = 0.1,
+    momentum: float = 0.9,
+    seed: int = 0,
+) -> Task:
     """An MLP on the generated multi-label shape images (``minidl.data.make_shapes``): small enough for
     a laptop, and a real task (5 independent labels, binary cross-entropy; a constant predictor
     scores ~0.67 nats per label)."""
@@ -94,8 +102,15 @@ def image_task(n_train: int = 4000, n_test: int = 500, size: int = 16, hidden: i
         with minidl.no_grad():
             return float(loss(model, (x_test, y_test)).item())
 
-    return Task(f"MLP {size * size}-{hidden}-{y_train.shape[1]} on {size}x{size} shape images", make_model,
-                lambda ps: optim.SGD(ps, lr=lr, momentum=momentum), batch, loss, evaluate, batch_size)
+    return Task(
+        f"MLP {size * size}-{hidden}-{y_train.shape[1]} on {size}x{size} shape images",
+        make_model,
+        lambda ps: optim.SGD(ps, lr=lr, momentum=momentum),
+        batch,
+        loss,
+        evaluate,
+        batch_size,
+    )
 
 
 # ----------------------------------------------------------------------------- one scheme on this rank
@@ -113,14 +128,30 @@ class RankRecord:
     server_stats: dict[str, Any] = field(default_factory=dict)
 
     def as_tree(self) -> dict[str, Any]:
-        return {"scheme": self.scheme, "rank": self.rank, "role": self.role, "losses": self.losses,
-                "times": self.times, "seconds": self.seconds, "sent_to": self.sent_to,
-                "server_stats": self.server_stats}
+        return {
+            "scheme": self.scheme,
+            "rank": self.rank,
+            "role": self.role,
+            "losses": self.losses,
+            "times": self.times,
+            "seconds": self.seconds,
+            "sent_to": self.sent_to,
+            "server_stats": self.server_stats,
+        }
 
 
-def run_scheme(comm: Any, task: Task, scheme: str, steps: int, num_servers: int = 1, fetch_every: int = 1,
-               staleness_bound: int | None = None, average_every: int = 4, algorithm: str = "ring",
-               model: Module | None = None) -> tuple[RankRecord, Module]:
+def run_scheme(
+    comm: Any,
+    task: Task,
+    scheme: str,
+    steps: int,
+    num_servers: int = 1,
+    fetch_every: int = 1,
+    staleness_bound: int | None = None,
+    average_every: int = 4,
+    algorithm: str = "ring",
+    model: Module | None = None,
+) -> tuple[RankRecord, Module]:
     """Train ``task`` for ``steps`` steps per worker with ``scheme`` on this rank; every rank calls it.
 
     Returns this rank's record and the final model, the same on every rank (the servers' parameters
@@ -142,14 +173,21 @@ def run_scheme(comm: Any, task: Task, scheme: str, steps: int, num_servers: int 
     comm.Barrier()
     start = time.perf_counter()
     if is_server:
-        server = ParameterServer(model, task.make_optimizer, counted, servers, asynchronous=scheme == "ps-async",
-                                 staleness_bound=staleness_bound)
+        server = ParameterServer(
+            model,
+            task.make_optimizer,
+            counted,
+            servers,
+            asynchronous=scheme == "ps-async",
+            staleness_bound=staleness_bound,
+        )
         s = server.serve()
         stats = {**s.as_dict(), "staleness": np.asarray(s.staleness, np.int64), "rounds": s.rounds}
     else:
         worker = rank - servers
-        step_fn = _worker_step_fn(scheme, model, task, counted, servers, fetch_every, staleness_bound,
-                                  average_every, algorithm)
+        step_fn = _worker_step_fn(
+            scheme, model, task, counted, servers, fetch_every, staleness_bound, average_every, algorithm
+        )
         for t in range(steps):
             losses[t] = step_fn(task.batch(worker, workers, t))
             times[t] = time.perf_counter() - start
@@ -161,16 +199,31 @@ def run_scheme(comm: Any, task: Task, scheme: str, steps: int, num_servers: int 
     return RankRecord(scheme, rank, "server" if is_server else "worker", losses, times, seconds, sent_to, stats), model
 
 
-def _worker_step_fn(scheme: str, model: Module, task: Task, comm: Any, servers: int, fetch_every: int,
-                    staleness_bound: int | None, average_every: int, algorithm: str) -> Callable[[Any], float]:
+def _worker_step_fn(
+    scheme: str,
+    model: Module,
+    task: Task,
+    comm: Any,
+    servers: int,
+    fetch_every: int,
+    staleness_bound: int | None,
+    average_every: int,
+    algorithm: str,
+) -> Callable[[Any], float]:
     """One training step of ``scheme`` on a batch -> its loss; called with None at the end to finish."""
     if scheme.startswith("ps-"):
-        opt: Any = PSWorker(model, comm, servers, asynchronous=scheme == "ps-async",
-                            fetch_every=fetch_every if scheme == "ps-async" else 1,
-                            staleness_bound=staleness_bound if scheme == "ps-async" else None)
+        opt: Any = PSWorker(
+            model,
+            comm,
+            servers,
+            asynchronous=scheme == "ps-async",
+            fetch_every=fetch_every if scheme == "ps-async" else 1,
+            staleness_bound=staleness_bound if scheme == "ps-async" else None,
+        )
     elif scheme == "allreduce":
-        opt = DistributedOptimizer(task.make_optimizer(list(model.parameters())), allreduce=algorithm, comm=comm,
-                                   measure_wait=False)
+        opt = DistributedOptimizer(
+            task.make_optimizer(list(model.parameters())), allreduce=algorithm, comm=comm, measure_wait=False
+        )
     else:
         opt = LocalSGD(task.make_optimizer(list(model.parameters())), average_every, comm=comm, allreduce=algorithm)
 
@@ -234,17 +287,28 @@ def summarize(records: Sequence[dict[str, Any]], label: str, batch_size: int, fi
     per_rank = (sent + received) / max(steps, 1)
     worker_ranks = [r["rank"] for r in workers]
     seconds = max(r["seconds"] for r in records)
-    staleness = (np.concatenate([np.asarray(s["server_stats"]["staleness"]) for s in servers])
-                 if servers and records[0]["scheme"] == "ps-async" else np.zeros(0, np.int64))
+    staleness = (
+        np.concatenate([np.asarray(s["server_stats"]["staleness"]) for s in servers])
+        if servers and records[0]["scheme"] == "ps-async"
+        else np.zeros(0, np.int64)
+    )
     return SchemeResult(
-        scheme=records[0]["scheme"], label=label, ranks=len(records), servers=len(servers), workers=len(workers),
-        steps=steps, batch_size=batch_size, seconds=seconds,
+        scheme=records[0]["scheme"],
+        label=label,
+        ranks=len(records),
+        servers=len(servers),
+        workers=len(workers),
+        steps=steps,
+        batch_size=batch_size,
+        seconds=seconds,
         samples_per_second=len(workers) * steps * batch_size / seconds,
-        bytes_per_step_max=float(per_rank.max()), bytes_per_step_mean=float(per_rank.mean()),
+        bytes_per_step_max=float(per_rank.max()),
+        bytes_per_step_mean=float(per_rank.mean()),
         bytes_per_step_worker=float(per_rank[worker_ranks].mean()),
         loss_curve=np.mean([r["losses"] for r in workers], axis=0),
         time_curve=np.mean([r["times"] for r in workers], axis=0),
-        final_loss=final_loss, staleness=staleness,
+        final_loss=final_loss,
+        staleness=staleness,
         rejected=sum(int(s["server_stats"].get("rejected", 0)) for s in servers),
     )
 
@@ -257,8 +321,9 @@ DEFAULT_RUNS: tuple[tuple[str, str, dict[str, Any]], ...] = (
 )
 
 
-def compare(comm: Any, task: Task, steps: int,
-            runs: Sequence[tuple[str, str, dict[str, Any]]] = DEFAULT_RUNS) -> list[SchemeResult] | None:
+def compare(
+    comm: Any, task: Task, steps: int, runs: Sequence[tuple[str, str, dict[str, Any]]] = DEFAULT_RUNS
+) -> list[SchemeResult] | None:
     """Run each (scheme, label, options) of ``runs`` in turn on all ranks; rank 0 gets the results."""
     results = []
     for scheme, label, options in runs:
@@ -271,10 +336,13 @@ def compare(comm: Any, task: Task, steps: int,
 
 def format_table(results: Sequence[SchemeResult]) -> str:
     """A plain-text table, one row per scheme."""
-    head = (f"{'scheme':22s} {'ranks':>9s} {'samples/s':>10s} {'KiB/step':>9s} {'KiB/step':>9s} "
-            f"{'train loss':>10s} {'test loss':>9s} {'staleness':>10s}")
-    sub = (f"{'':22s} {'(S+W)':>9s} {'':>10s} {'busiest':>9s} {'worker':>9s} {'(last 10)':>10s} {'':>9s} "
-           f"{'mean/max':>10s}")
+    head = (
+        f"{'scheme':22s} {'ranks':>9s} {'samples/s':>10s} {'KiB/step':>9s} {'KiB/step':>9s} "
+        f"{'train loss':>10s} {'test loss':>9s} {'staleness':>10s}"
+    )
+    sub = (
+        f"{'':22s} {'(S+W)':>9s} {'':>10s} {'busiest':>9s} {'worker':>9s} {'(last 10)':>10s} {'':>9s} {'mean/max':>10s}"
+    )
     lines = [head, sub, "-" * len(head)]
     for r in results:
         tail = float(np.mean(r.loss_curve[-10:]))
@@ -324,5 +392,18 @@ def server_bytes_per_step(nbytes: int, workers: int, servers: int = 1) -> float:
     return 2.0 * workers * nbytes / servers
 
 
-__all__ = ["SCHEMES", "DEFAULT_RUNS", "RankRecord", "SchemeResult", "Task", "compare", "format_table", "image_task",
-           "plot", "run_scheme", "summarize", "allreduce_bytes_per_rank", "server_bytes_per_step"]
+__all__ = [
+    "SCHEMES",
+    "DEFAULT_RUNS",
+    "RankRecord",
+    "SchemeResult",
+    "Task",
+    "compare",
+    "format_table",
+    "image_task",
+    "plot",
+    "run_scheme",
+    "summarize",
+    "allreduce_bytes_per_rank",
+    "server_bytes_per_step",
+]

@@ -72,6 +72,7 @@ def run(main: Callable[..., Any], *args: Any, comm: Any = None, **kwargs: Any) -
 
 def install_excepthook(comm: Any = None) -> None:
     """Make any uncaught exception (main thread or other threads) print with the rank and abort the job."""
+
     def hook(exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:
         abort_on_error(exc.with_traceback(tb), comm)  # prints; returns only where there is no Abort
 

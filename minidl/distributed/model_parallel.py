@@ -60,8 +60,10 @@ def partition(costs: Sequence[float], parts: int) -> list[range]:
     """
     n = len(costs)
     if parts < 1 or parts > n:
-        raise ValueError(f"partition: cannot split {n} layers into {parts} non-empty stages "
-                         f"(model parallelism needs at most one rank per layer)")
+        raise ValueError(
+            f"partition: cannot split {n} layers into {parts} non-empty stages "
+            f"(model parallelism needs at most one rank per layer)"
+        )
     prefix = np.concatenate([[0.0], np.cumsum(np.asarray(costs, dtype=np.float64))])
     inf = float("inf")
     best = np.full((parts + 1, n + 1), inf)
@@ -80,8 +82,9 @@ def partition(costs: Sequence[float], parts: int) -> list[range]:
     return bounds[::-1]
 
 
-def stage_ranges(n: int, parts: int, balance: Sequence[int] | Sequence[float] | str | None,
-                 costs: Sequence[float] | None = None) -> list[range]:
+def stage_ranges(
+    n: int, parts: int, balance: Sequence[int] | Sequence[float] | str | None, costs: Sequence[float] | None = None
+) -> list[range]:
     """The layer ranges of the stages: ``balance`` = None (equal numbers of layers), a list of layer
     counts per stage (GPipe's ``balance``), or "parameters" (balance ``costs``, the parameter counts)."""
     if balance is None:
@@ -112,8 +115,9 @@ class _Stage(Module):
         """Set ``comm`` and ``boundary`` (rank r - 1 -> r -> r + 1); returns the number of ranks."""
         self.comm = get_comm(comm)
         rank, size = self.comm.Get_rank(), self.comm.Get_size()
-        self.boundary = StageBoundary(self.comm, rank - 1 if rank > 0 else None, rank + 1 if rank < size - 1 else None,
-                                      tag)
+        self.boundary = StageBoundary(
+            self.comm, rank - 1 if rank > 0 else None, rank + 1 if rank < size - 1 else None, tag
+        )
         return size
 
     @property
@@ -226,11 +230,16 @@ class LMStage(_Stage):
         size = self._join(comm, tag)
         L = model.num_layers
         units = [model.embedding, *[None] * L, model.decoder]
-        costs = [model.embedding.weight.data.size, *[sum(p.data.size for p in model.lstm.layer_parameters(k))
-                                                     for k in range(L)], model.decoder.weight.data.size]
+        costs = [
+            model.embedding.weight.data.size,
+            *[sum(p.data.size for p in model.lstm.layer_parameters(k)) for k in range(L)],
+            model.decoder.weight.data.size,
+        ]
         if size > L + 2:
-            raise ValueError(f"LMStage: {size} ranks but the model has only {L + 2} units (embedding, {L} LSTM "
-                             f"layers, decoder); use at most {L + 2} ranks or more layers")
+            raise ValueError(
+                f"LMStage: {size} ranks but the model has only {L + 2} units (embedding, {L} LSTM "
+                f"layers, decoder); use at most {L + 2} ranks or more layers"
+            )
         self.ranges = stage_ranges(len(units), size, balance, costs)
         mine = self.ranges[self.comm.Get_rank()]
         self.hidden_size, self.num_layers_total = model.hidden_size, L
@@ -260,8 +269,9 @@ class LMStage(_Stage):
         if self.is_first:
             ids = np.asarray(tokens.data if isinstance(tokens, Tensor) else tokens)
             if ids.ndim != 2 or ids.dtype.kind not in "iu":
-                raise ValueError(f"LMStage: the first stage needs integer token ids [T, B], got {ids.dtype} "
-                                 f"{ids.shape}")
+                raise ValueError(
+                    f"LMStage: the first stage needs integer token ids [T, B], got {ids.dtype} {ids.shape}"
+                )
             h = self.drop(self.embedding(ids))
         else:
             h = self.boundary.receive()
@@ -297,8 +307,13 @@ def gather_state_dict(stage: Module, root: int = 0, comm: Any = None) -> dict[st
     return merged
 
 
-def clip_grad_norm_split(params: Iterable[Tensor], max_norm: float, comm: Any = None,
-                         replicated: Iterable[Tensor] = (), algorithm: str = "ring") -> float:
+def clip_grad_norm_split(
+    params: Iterable[Tensor],
+    max_norm: float,
+    comm: Any = None,
+    replicated: Iterable[Tensor] = (),
+    algorithm: str = "ring",
+) -> float:
     """Clip to a joint L2 norm over a model split across ranks; returns the norm before clipping.
 
     ``params``: the gradients only this rank holds (a stage's, a shard's); ``replicated``: ones every

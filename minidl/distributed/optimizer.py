@@ -124,11 +124,13 @@ class DistributedOptimizer(Optimizer):
         from collectives.pof2 import allgather_blocks
 
         # each setting as an integer code: (name, code, decode)
-        codes = [("allreduce", ALGORITHMS.index(self.algorithm), lambda c: ALGORITHMS[c]),
-                 ("op", OPS.index(self.op), lambda c: OPS[c]),
-                 ("fusion_bytes", self.fusion_bytes, int),
-                 ("compression", int(self.compression is not None), lambda c: "fp16" if c else None),
-                 ("backward_passes_per_step", self.backward_passes_per_step, int)]
+        codes = [
+            ("allreduce", ALGORITHMS.index(self.algorithm), lambda c: ALGORITHMS[c]),
+            ("op", OPS.index(self.op), lambda c: OPS[c]),
+            ("fusion_bytes", self.fusion_bytes, int),
+            ("compression", int(self.compression is not None), lambda c: "fp16" if c else None),
+            ("backward_passes_per_step", self.backward_passes_per_step, int),
+        ]
         # an allgather of the codes, on the tag of the collectives' agreement checks (it is one)
         table = np.zeros((self.comm.Get_size(), len(codes)), dtype=np.int64)
         table[self.comm.Get_rank()] = [c for _, c, _ in codes]
@@ -225,8 +227,9 @@ class DistributedOptimizer(Optimizer):
                 self.timings.add("wait", now - start)
                 start = now
             # the first exchange checks that every rank packs the same sizes and dtypes; later ones need not
-            allreduce_buckets(self.buckets, self.comm, self.algorithm, scale, self.compression,
-                              check=not self._layout_checked)
+            allreduce_buckets(
+                self.buckets, self.comm, self.algorithm, scale, self.compression, check=not self._layout_checked
+            )
             self._layout_checked = True
         self.timings.add("communication", time.perf_counter() - start)
         self.timings.restart()
@@ -261,8 +264,9 @@ class DistributedOptimizer(Optimizer):
         )
 
 
-def allreduce_buckets(buckets: list[Bucket], comm: Any, algorithm: str, scale: float,
-                      compression: str | None = None, check: bool = True) -> None:
+def allreduce_buckets(
+    buckets: list[Bucket], comm: Any, algorithm: str, scale: float, compression: str | None = None, check: bool = True
+) -> None:
     """For each bucket: pack the gradients, compress, allreduce (sum), decompress, unpack times ``scale``."""
     for bucket in buckets:
         wire = _compression.compress(pack(bucket), compression)

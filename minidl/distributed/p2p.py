@@ -86,8 +86,10 @@ def recv_array(comm: Any, buf: np.ndarray, src: int, tag: int, what: str) -> np.
         raise
     got = status.Get_count()
     if got != buf.nbytes:
-        raise ValueError(f"{what}: expected {buf.nbytes} bytes ({buf.dtype} {buf.shape}) from rank {src} "
-                         f"(tag {tag}), got a message of {got} bytes: the two ranks disagree on the shape")
+        raise ValueError(
+            f"{what}: expected {buf.nbytes} bytes ({buf.dtype} {buf.shape}) from rank {src} "
+            f"(tag {tag}), got a message of {got} bytes: the two ranks disagree on the shape"
+        )
     return buf
 
 
@@ -169,20 +171,27 @@ def send_meta(x: Tensor | np.ndarray, dst: int, comm: Any = None, tag: int = 0) 
     if data.ndim > MAX_DIMS:
         raise ValueError(f"send_meta: at most {MAX_DIMS} dimensions, got shape {data.shape}")
     head = np.zeros(_HEADER_WORDS, np.int64)
-    head[0], head[1], head[2:2 + data.ndim] = _DTYPES.index(data.dtype), data.ndim, data.shape
+    head[0], head[1], head[2 : 2 + data.ndim] = _DTYPES.index(data.dtype), data.ndim, data.shape
     comm.Send(head, dest=_check_peer(comm, dst, "send_meta"), tag=_check_tag(tag, "send_meta"))
 
 
 def recv_meta(src: int, comm: Any = None, tag: int = 0) -> tuple[tuple[int, ...], np.dtype]:
     """The (shape, dtype) that ``send_meta`` on rank ``src`` described."""
     comm = get_comm(comm)
-    head = recv_array(comm, np.empty(_HEADER_WORDS, np.int64), _check_peer(comm, src, "recv_meta"),
-                      _check_tag(tag, "recv_meta"), "recv_meta")
+    head = recv_array(
+        comm,
+        np.empty(_HEADER_WORDS, np.int64),
+        _check_peer(comm, src, "recv_meta"),
+        _check_tag(tag, "recv_meta"),
+        "recv_meta",
+    )
     code, ndim = int(head[0]), int(head[1])
     if not (0 <= code < len(_DTYPES) and 0 <= ndim <= MAX_DIMS):
-        raise ValueError(f"recv_meta: rank {src} sent a malformed header {head.tolist()} (tag {tag}): "
-                         "the ranks' messages are out of step")
-    return tuple(int(n) for n in head[2:2 + ndim]), _DTYPES[code]
+        raise ValueError(
+            f"recv_meta: rank {src} sent a malformed header {head.tolist()} (tag {tag}): "
+            "the ranks' messages are out of step"
+        )
+    return tuple(int(n) for n in head[2 : 2 + ndim]), _DTYPES[code]
 
 
 class StageBoundary:

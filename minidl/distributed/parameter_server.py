@@ -118,10 +118,13 @@ def assign_shards(sizes: Sequence[int], num_servers: int) -> list[int]:
 
 
 def _check_bound(staleness_bound: int | None, asynchronous: bool) -> None:
-    if staleness_bound is not None and (not asynchronous or int(staleness_bound) != staleness_bound
-                                        or staleness_bound < 0):
-        raise ValueError("staleness_bound needs asynchronous=True and must be an integer >= 0, "
-                         f"got {staleness_bound!r} with asynchronous={asynchronous}")
+    if staleness_bound is not None and (
+        not asynchronous or int(staleness_bound) != staleness_bound or staleness_bound < 0
+    ):
+        raise ValueError(
+            "staleness_bound needs asynchronous=True and must be an integer >= 0, "
+            f"got {staleness_bound!r} with asynchronous={asynchronous}"
+        )
 
 
 def _param_list(model_or_params: Module | Iterable[Tensor]) -> list[Tensor]:
@@ -241,17 +244,25 @@ class ServerStats:
 
     def summary(self) -> str:
         hist = " ".join(f"{s}:{n}" for s, n in enumerate(self.staleness_histogram()) if n)
-        text = (f"server {self.server} ({self.mode}, {self.workers} workers): {self.updates} gradients applied"
-                + (f" in {self.rounds} averaged steps" if self.rounds else "")
-                + f", staleness mean {self.staleness_mean:.2f} max {self.staleness_max} [{hist}]")
+        text = (
+            f"server {self.server} ({self.mode}, {self.workers} workers): {self.updates} gradients applied"
+            + (f" in {self.rounds} averaged steps" if self.rounds else "")
+            + f", staleness mean {self.staleness_mean:.2f} max {self.staleness_max} [{hist}]"
+        )
         if self.rejected:
             text += f", {self.rejected} rejected as too stale"
         return text
 
     def as_dict(self) -> dict[str, Any]:
-        return {"server": self.server, "mode": self.mode, "updates": self.updates, "rejected": self.rejected,
-                "staleness_mean": self.staleness_mean, "staleness_max": self.staleness_max,
-                "staleness_histogram": self.staleness_histogram().tolist()}
+        return {
+            "server": self.server,
+            "mode": self.mode,
+            "updates": self.updates,
+            "rejected": self.rejected,
+            "staleness_mean": self.staleness_mean,
+            "staleness_max": self.staleness_max,
+            "staleness_histogram": self.staleness_histogram().tolist(),
+        }
 
 
 def combine_stats(stats: Sequence[ServerStats]) -> ServerStats:
@@ -284,9 +295,16 @@ class ParameterServer:
         after_update: called with the new version after every optimizer step (e.g. an LR scheduler's step).
     """
 
-    def __init__(self, model: Module | Iterable[Tensor], make_optimizer: Callable[[list[Tensor]], Optimizer],
-                 comm: Any = None, num_servers: int = 1, asynchronous: bool = False,
-                 staleness_bound: int | None = None, after_update: Callable[[int], Any] | None = None):
+    def __init__(
+        self,
+        model: Module | Iterable[Tensor],
+        make_optimizer: Callable[[list[Tensor]], Optimizer],
+        comm: Any = None,
+        num_servers: int = 1,
+        asynchronous: bool = False,
+        staleness_bound: int | None = None,
+        after_update: Callable[[int], Any] | None = None,
+    ):
         self.comm = get_comm(comm)
         size, rank = self.comm.Get_size(), self.comm.Get_rank()
         check_roles(size, num_servers)
@@ -362,8 +380,10 @@ class ParameterServer:
                         self._pull(w)
                     joining = None
             elif joining is not None:
-                raise RuntimeError(f"parameter server: rank {src} sent {KIND_NAMES[kind]} before its first pull "
-                                   "(a PSWorker pulls when it is constructed)")
+                raise RuntimeError(
+                    f"parameter server: rank {src} sent {KIND_NAMES[kind]} before its first pull "
+                    "(a PSWorker pulls when it is constructed)"
+                )
             elif kind == PULL:
                 self._pull(src)
             elif kind == DONE:
@@ -372,8 +392,9 @@ class ParameterServer:
                 self._push_async(src, version, start)
             else:
                 if src in pending:
-                    raise RuntimeError(f"parameter server: worker {src} pushed twice in synchronous step "
-                                       f"{self.version + 1}")
+                    raise RuntimeError(
+                        f"parameter server: worker {src} pushed twice in synchronous step {self.version + 1}"
+                    )
                 pending[src] = self._inbox.payload.copy()
             if not self.asynchronous and done and pending:
                 raise RuntimeError(
@@ -430,8 +451,15 @@ class PSWorker:
             (Downpour's n_fetch); in between the worker computes on its old copy.
     """
 
-    def __init__(self, model: Module | Iterable[Tensor], comm: Any = None, num_servers: int = 1,
-                 asynchronous: bool = False, fetch_every: int = 1, staleness_bound: int | None = None):
+    def __init__(
+        self,
+        model: Module | Iterable[Tensor],
+        comm: Any = None,
+        num_servers: int = 1,
+        asynchronous: bool = False,
+        fetch_every: int = 1,
+        staleness_bound: int | None = None,
+    ):
         self.comm = get_comm(comm)
         check_roles(self.comm.Get_size(), num_servers)
         if self.comm.Get_rank() < num_servers:
@@ -548,6 +576,14 @@ def collect_parameters(model: Module | Iterable[Tensor], comm: Any = None, num_s
 
 
 __all__ = [
-    "ParameterServer", "PSWorker", "ServerStats", "Shard", "assign_shards", "check_roles", "collect_parameters",
-    "combine_stats", "is_server", "shards_of",
+    "ParameterServer",
+    "PSWorker",
+    "ServerStats",
+    "Shard",
+    "assign_shards",
+    "check_roles",
+    "collect_parameters",
+    "combine_stats",
+    "is_server",
+    "shards_of",
 ]

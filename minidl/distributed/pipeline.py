@@ -101,8 +101,10 @@ def isend_activation(comm: Any, x: np.ndarray, dest: int, tag: int) -> list[Any]
     x = np.ascontiguousarray(x)
     codes = [i for i, d in enumerate(_WIRE_DTYPES) if x.dtype == d]
     if not codes or x.ndim > _MAX_NDIM:
-        raise ValueError(f"pipeline: cannot send an activation of dtype {x.dtype} and shape {x.shape} "
-                         f"(dtypes {[np.dtype(d).name for d in _WIRE_DTYPES]}, at most {_MAX_NDIM} dims)")
+        raise ValueError(
+            f"pipeline: cannot send an activation of dtype {x.dtype} and shape {x.shape} "
+            f"(dtypes {[np.dtype(d).name for d in _WIRE_DTYPES]}, at most {_MAX_NDIM} dims)"
+        )
     header = np.array([codes[0], x.ndim, *x.shape], dtype=np.int64)
     return [_Pending(comm.Isend(header, dest, tag), header), _Pending(comm.Isend(x, dest, tag), x)]
 
@@ -114,7 +116,7 @@ def recv_activation(comm: Any, source: int, tag: int) -> np.ndarray:
     code, ndim = int(header[0]), int(header[1])
     if not (0 <= code < len(_WIRE_DTYPES) and 0 <= ndim <= _MAX_NDIM):
         raise ValueError(f"pipeline: rank {source} sent a malformed activation header {header.tolist()} (tag {tag})")
-    out = np.empty(tuple(int(n) for n in header[2:2 + ndim]), dtype=_WIRE_DTYPES[code])
+    out = np.empty(tuple(int(n) for n in header[2 : 2 + ndim]), dtype=_WIRE_DTYPES[code])
     return recv_array(comm, out, source, tag, "pipeline activation")
 
 
@@ -138,8 +140,15 @@ class Pipeline:
         batch_axis: the axis of inputs and targets that holds the examples (0; 1 for [T, B] sequences).
     """
 
-    def __init__(self, module: Module, loss_fn: Callable[[Tensor, Any], Tensor] | None = None,
-                 schedule: str = "1f1b", micro_batches: int = 4, comm: Any = None, batch_axis: int = 0):
+    def __init__(
+        self,
+        module: Module,
+        loss_fn: Callable[[Tensor, Any], Tensor] | None = None,
+        schedule: str = "1f1b",
+        micro_batches: int = 4,
+        comm: Any = None,
+        batch_axis: int = 0,
+    ):
         self.module = module
         self.loss_fn = loss_fn
         self.comm = get_comm(comm)
@@ -168,8 +177,10 @@ class Pipeline:
         a = a.data if isinstance(a, Tensor) else np.asarray(a)
         n = a.shape[self.batch_axis] if a.ndim > self.batch_axis else 0
         if n < self.micro_batches:
-            raise ValueError(f"Pipeline: {what} of shape {a.shape} has {n} examples on axis {self.batch_axis}, "
-                             f"fewer than micro_batches={self.micro_batches}")
+            raise ValueError(
+                f"Pipeline: {what} of shape {a.shape} has {n} examples on axis {self.batch_axis}, "
+                f"fewer than micro_batches={self.micro_batches}"
+            )
         return np.array_split(a, self.micro_batches, axis=self.batch_axis)
 
     def train_step(self, inputs: Any = None, targets: Any = None) -> float | None:

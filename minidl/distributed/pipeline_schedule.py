@@ -104,8 +104,9 @@ def peak_in_flight(ops: Sequence[tuple[str, int]]) -> int:
     return peak
 
 
-def ideal_events(name: str, num_micro: int, num_stages: int, t_forward: float = 1.0,
-                 t_backward: float = 2.0) -> list[Event]:
+def ideal_events(
+    name: str, num_micro: int, num_stages: int, t_forward: float = 1.0, t_backward: float = 2.0
+) -> list[Event]:
     """The timeline schedule ``name`` would have with every forward taking ``t_forward``, every backward
     ``t_backward`` and free communication: each op starts once its stage is free and its input is
     there (F(s, i) after F(s-1, i); B(s, i) after B(s+1, i)). The yardstick for the measured one."""
@@ -172,8 +173,9 @@ def events_from_array(a: np.ndarray) -> list[Event]:
     return [Event(int(s), int(i), FORWARD if k == 0 else BACKWARD, float(t0), float(t1)) for s, i, k, t0, t1 in a]
 
 
-def plot_schedule(events: Sequence[Event], path: str | None = None, title: str = "", ax: Any = None,
-                  measured: bool = True) -> Any:
+def plot_schedule(
+    events: Sequence[Event], path: str | None = None, title: str = "", ax: Any = None, measured: bool = True
+) -> Any:
     """Draw the schedule as it ran: stages on the y axis (stage 0 on top), time on the x axis, one box
     per op, forwards blue and backwards orange, each labelled with its micro-batch. Returns the axes;
     with ``path``, saves the figure there (matplotlib is needed only here). ``measured=False`` titles an
@@ -197,8 +199,13 @@ def plot_schedule(events: Sequence[Event], path: str | None = None, title: str =
     ax.set_xlabel("time since the step began (ms)")
     bubble = bubble_fraction(events, len(stages))
     ax.set_title(f"{title}  {'measured ' if measured else ''}bubble {bubble:.2f}".strip())
-    ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in colors.values()], labels=["forward", "backward"],
-              loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+    ax.legend(
+        handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in colors.values()],
+        labels=["forward", "backward"],
+        loc="upper left",
+        bbox_to_anchor=(1.0, 1.0),
+        fontsize=8,
+    )
     if path is not None:
         (fig or ax.figure).tight_layout()
         (fig or ax.figure).savefig(path, dpi=120)

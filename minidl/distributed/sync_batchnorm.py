@@ -56,8 +56,17 @@ class SyncBatchNorm(_BatchNorm):
 
     expected_dims = (2, 3, 4, 5)
 
-    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
-                 track_running_stats: bool = True, dtype=None, algorithm: str = "ring", comm: Any = None):
+    def __init__(
+        self,
+        num_features: int,
+        eps: float = 1e-5,
+        momentum: float | None = 0.1,
+        affine: bool = True,
+        track_running_stats: bool = True,
+        dtype=None,
+        algorithm: str = "ring",
+        comm: Any = None,
+    ):
         super().__init__(num_features, eps, momentum, affine, track_running_stats, dtype)
         self.algorithm = check_algorithm(algorithm)
         self.comm = comm
@@ -98,24 +107,33 @@ class SyncBatchNorm(_BatchNorm):
 
         row = np.zeros(2 + _SHAPE_DIMS, dtype=np.int64)
         row[0], row[1] = x.ndim, ord(x.dtype.char)
-        row[2:2 + min(x.ndim, _SHAPE_DIMS)] = x.shape[:_SHAPE_DIMS]
+        row[2 : 2 + min(x.ndim, _SHAPE_DIMS)] = x.shape[:_SHAPE_DIMS]
         table = collectives.allgather(comm, row)
         lines = []
         for r, (ndim, _, *dims) in enumerate(table.tolist()):
             shape = tuple(dims[:ndim]) if ndim <= _SHAPE_DIMS else None
-            problem = (self.input_problem(shape) if shape is not None
-                       else f"expected at most {max(self.expected_dims)} dimensions, got a {ndim}-D input")
+            problem = (
+                self.input_problem(shape)
+                if shape is not None
+                else f"expected at most {max(self.expected_dims)} dimensions, got a {ndim}-D input"
+            )
             if problem is not None:
                 lines.append(f"rank {r}: {problem}")
         dtypes: dict[str, list[int]] = {}
         for r, code in enumerate(table[:, 1].tolist()):
             dtypes.setdefault(np.dtype(chr(code)).name, []).append(r)
         if len(dtypes) > 1:
-            lines.append("inputs of different dtypes: " + ", ".join(
-                f"ranks {ranks} {name}" if len(ranks) > 1 else f"rank {ranks[0]} {name}"
-                for name, ranks in dtypes.items()))
-        raise collectives.MismatchError(f"{type(self).__name__}({self.num_features}): ranks cannot normalize their "
-                                        "inputs together (every rank raises this error):\n  " + "\n  ".join(lines))
+            lines.append(
+                "inputs of different dtypes: "
+                + ", ".join(
+                    f"ranks {ranks} {name}" if len(ranks) > 1 else f"rank {ranks[0]} {name}"
+                    for name, ranks in dtypes.items()
+                )
+            )
+        raise collectives.MismatchError(
+            f"{type(self).__name__}({self.num_features}): ranks cannot normalize their "
+            "inputs together (every rank raises this error):\n  " + "\n  ".join(lines)
+        )
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, algorithm={self.algorithm!r}"
@@ -140,8 +158,9 @@ def convert_sync_batchnorm(module: Module, algorithm: str = "ring", comm: Any = 
 
 def _to_sync(bn: _BatchNorm, algorithm: str, comm: Any) -> SyncBatchNorm:
     dtype = bn.weight.dtype if bn.weight is not None else (bn.running_mean.dtype if bn.track_running_stats else None)
-    sync = SyncBatchNorm(bn.num_features, bn.eps, bn.momentum, bn.affine, bn.track_running_stats, dtype,
-                         algorithm, comm)
+    sync = SyncBatchNorm(
+        bn.num_features, bn.eps, bn.momentum, bn.affine, bn.track_running_stats, dtype, algorithm, comm
+    )
     if bn.affine:
         sync.weight, sync.bias = bn.weight, bn.bias  # the same Parameter objects: optimizers keep working
     if bn.track_running_stats:

@@ -66,8 +66,9 @@ def shard_range(n: int, rank: int, size: int) -> slice:
     return slice(start, start + base + (rank < extra))
 
 
-def shard_linear(weight: np.ndarray, bias: np.ndarray | None, style: str, rank: int,
-                 size: int) -> tuple[np.ndarray, np.ndarray | None]:
+def shard_linear(
+    weight: np.ndarray, bias: np.ndarray | None, style: str, rank: int, size: int
+) -> tuple[np.ndarray, np.ndarray | None]:
     """Rank ``rank``'s slice of a dense Linear's (weight [out, in], bias [out]), as copies.
 
     ``style="column"``: rows of W and of b (output features). ``style="row"``: columns of W (input
@@ -94,7 +95,7 @@ def allgather_last_axis(comm: Any, x: np.ndarray, sizes: list[int]) -> np.ndarra
 
     width = max(sizes)
     padded = np.zeros(x.shape[:-1] + (width,), x.dtype)
-    padded[..., :x.shape[-1]] = x
+    padded[..., : x.shape[-1]] = x
     blocks = collectives.allgather(comm, padded)  # [P, ..., width]
     return np.concatenate([blocks[r][..., :n] for r, n in enumerate(sizes)], axis=-1)
 
@@ -131,7 +132,7 @@ class GatherFromParallelRegion(Function):
 
     def forward(self, x, *, comm: Any, sizes: list[int]):
         rank = comm.Get_rank()
-        self.part = slice(sum(sizes[:rank]), sum(sizes[:rank + 1]))
+        self.part = slice(sum(sizes[:rank]), sum(sizes[: rank + 1]))
         return allgather_last_axis(comm, x, sizes)
 
     def backward(self, g):
@@ -144,7 +145,7 @@ class ScatterToParallelRegion(Function):
     def forward(self, x, *, comm: Any, sizes: list[int]):
         rank = comm.Get_rank()
         self.comm, self.sizes = comm, sizes
-        return x[..., sum(sizes[:rank]):sum(sizes[:rank + 1])]
+        return x[..., sum(sizes[:rank]) : sum(sizes[: rank + 1])]
 
     def backward(self, g):
         return allgather_last_axis(self.comm, np.ascontiguousarray(g), self.sizes)
@@ -186,8 +187,17 @@ class _ParallelLinear(Module):
 
     style = ""
 
-    def __init__(self, in_features: int, out_features: int, bias: bool, comm: Any, algorithm: str, check: bool,
-                 dtype: Any, dense: Linear | tuple[np.ndarray, np.ndarray | None] | None):
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool,
+        comm: Any,
+        algorithm: str,
+        check: bool,
+        dtype: Any,
+        dense: Linear | tuple[np.ndarray, np.ndarray | None] | None,
+    ):
         super().__init__()
         if in_features < 1 or out_features < 1:
             raise ValueError(f"{type(self).__name__}: features must be >= 1, got in={in_features}, out={out_features}")
@@ -201,9 +211,11 @@ class _ParallelLinear(Module):
             dense = (dense.weight.data, None if dense.bias is None else dense.bias.data)
         weight, b = dense
         if weight.shape != (out_features, in_features) or (b is None) == bias:
-            raise ValueError(f"{type(self).__name__}: the dense layer has weight {weight.shape} and "
-                             f"{'a' if b is not None else 'no'} bias; expected [{out_features}, {in_features}] "
-                             f"and {'a' if bias else 'no'} bias")
+            raise ValueError(
+                f"{type(self).__name__}: the dense layer has weight {weight.shape} and "
+                f"{'a' if b is not None else 'no'} bias; expected [{out_features}, {in_features}] "
+                f"and {'a' if bias else 'no'} bias"
+            )
         w_shard, b_shard = shard_linear(weight, b, self.style, self.rank, self.world)
         self.weight = Parameter(w_shard)
         self.bias = Parameter(b_shard) if b_shard is not None else None
@@ -215,8 +227,10 @@ class _ParallelLinear(Module):
 
     def extra_repr(self) -> str:
         shard = tuple(self.weight.shape)
-        return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
-                f"rank {self.rank} of {self.world}, shard {shard}")
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
+            f"rank {self.rank} of {self.world}, shard {shard}"
+        )
 
 
 class ColumnParallelLinear(_ParallelLinear):
@@ -230,9 +244,18 @@ class ColumnParallelLinear(_ParallelLinear):
 
     style = "column"
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, gather_output: bool = True,
-                 comm: Any = None, algorithm: str = "ring", check: bool = True, dtype: Any = None,
-                 dense: Linear | tuple[np.ndarray, np.ndarray | None] | None = None):
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        gather_output: bool = True,
+        comm: Any = None,
+        algorithm: str = "ring",
+        check: bool = True,
+        dtype: Any = None,
+        dense: Linear | tuple[np.ndarray, np.ndarray | None] | None = None,
+    ):
         super().__init__(in_features, out_features, bias, comm, algorithm, check, dtype, dense)
         self.gather_output = gather_output
         self.out_range = shard_range(out_features, self.rank, self.world)
@@ -254,9 +277,18 @@ class RowParallelLinear(_ParallelLinear):
 
     style = "row"
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, input_is_parallel: bool = True,
-                 comm: Any = None, algorithm: str = "ring", check: bool = True, dtype: Any = None,
-                 dense: Linear | tuple[np.ndarray, np.ndarray | None] | None = None):
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        input_is_parallel: bool = True,
+        comm: Any = None,
+        algorithm: str = "ring",
+        check: bool = True,
+        dtype: Any = None,
+        dense: Linear | tuple[np.ndarray, np.ndarray | None] | None = None,
+    ):
         super().__init__(in_features, out_features, bias, comm, algorithm, check, dtype, dense)
         self.input_is_parallel = input_is_parallel
         self.in_range = shard_range(in_features, self.rank, self.world)
@@ -266,23 +298,27 @@ class RowParallelLinear(_ParallelLinear):
             x = scatter_to_parallel_region(x, self.comm)
         width = self.in_range.stop - self.in_range.start
         if x.shape[-1] != width:
-            raise ValueError(f"RowParallelLinear: rank {self.rank} holds input features {self.in_range.start}:"
-                             f"{self.in_range.stop}, so its input's last dimension must be {width}; got shape "
-                             f"{x.shape}")
+            raise ValueError(
+                f"RowParallelLinear: rank {self.rank} holds input features {self.in_range.start}:"
+                f"{self.in_range.stop}, so its input's last dimension must be {width}; got shape "
+                f"{x.shape}"
+            )
         partial = linear(x, self.weight)
         y = reduce_from_parallel_region(partial, self.comm, self.algorithm, self.check)
         return y if self.bias is None else y + self.bias
 
 
-def gather_linear(layer: ColumnParallelLinear | RowParallelLinear,
-                  grad: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+def gather_linear(
+    layer: ColumnParallelLinear | RowParallelLinear, grad: bool = False
+) -> tuple[np.ndarray, np.ndarray | None]:
     """The whole dense (weight [out, in], bias [out]) of a sharded layer, on every rank (an allgather).
 
     ``grad=True``: the same for the gradients (``.grad``; zeros where there is none yet).
     """
     if not isinstance(layer, (ColumnParallelLinear, RowParallelLinear)):
-        raise TypeError(f"gather_linear: expected a ColumnParallelLinear or RowParallelLinear, "
-                        f"got {type(layer).__name__}")
+        raise TypeError(
+            f"gather_linear: expected a ColumnParallelLinear or RowParallelLinear, got {type(layer).__name__}"
+        )
 
     def values(p: Parameter | None) -> np.ndarray | None:
         if p is None:
@@ -310,27 +346,63 @@ class ParallelMLP(Module):
     ``Linear`` or a (weight, bias) pair, to shard; default a fresh init of both.
     """
 
-    def __init__(self, in_features: int, hidden_features: int, out_features: int, bias: bool = True,
-                 activation: Module | None = None, comm: Any = None, algorithm: str = "ring", check: bool = True,
-                 dtype: Any = None, dense: tuple[Any, Any] | None = None):
+    def __init__(
+        self,
+        in_features: int,
+        hidden_features: int,
+        out_features: int,
+        bias: bool = True,
+        activation: Module | None = None,
+        comm: Any = None,
+        algorithm: str = "ring",
+        check: bool = True,
+        dtype: Any = None,
+        dense: tuple[Any, Any] | None = None,
+    ):
         super().__init__()
         from minidl.nn.activation import ReLU
 
         fc1_dense, fc2_dense = (None, None) if dense is None else dense
-        self.fc1 = ColumnParallelLinear(in_features, hidden_features, bias, gather_output=False, comm=comm,
-                                        algorithm=algorithm, check=check, dtype=dtype, dense=fc1_dense)
+        self.fc1 = ColumnParallelLinear(
+            in_features,
+            hidden_features,
+            bias,
+            gather_output=False,
+            comm=comm,
+            algorithm=algorithm,
+            check=check,
+            dtype=dtype,
+            dense=fc1_dense,
+        )
         self.activation = ReLU() if activation is None else activation
-        self.fc2 = RowParallelLinear(hidden_features, out_features, bias, input_is_parallel=True, comm=comm,
-                                     algorithm=algorithm, check=check, dtype=dtype, dense=fc2_dense)
+        self.fc2 = RowParallelLinear(
+            hidden_features,
+            out_features,
+            bias,
+            input_is_parallel=True,
+            comm=comm,
+            algorithm=algorithm,
+            check=check,
+            dtype=dtype,
+            dense=fc2_dense,
+        )
 
     @classmethod
     def from_dense(cls, fc1: Linear, activation: Module, fc2: Linear, **kwargs: Any) -> ParallelMLP:
         """This rank's shard of the dense block fc1 -> activation -> fc2."""
         if fc1.out_features != fc2.in_features:
-            raise ValueError(f"ParallelMLP.from_dense: fc1 has {fc1.out_features} outputs, "
-                             f"fc2 {fc2.in_features} inputs")
-        return cls(fc1.in_features, fc1.out_features, fc2.out_features, fc1.bias is not None,
-                   activation=activation, dense=(fc1, fc2), **kwargs)
+            raise ValueError(
+                f"ParallelMLP.from_dense: fc1 has {fc1.out_features} outputs, fc2 {fc2.in_features} inputs"
+            )
+        return cls(
+            fc1.in_features,
+            fc1.out_features,
+            fc2.out_features,
+            fc1.bias is not None,
+            activation=activation,
+            dense=(fc1, fc2),
+            **kwargs,
+        )
 
     def forward(self, x: Tensor) -> Tensor:
         return self.fc2(self.activation(self.fc1(x)))
@@ -340,11 +412,11 @@ class ParallelMLP(Module):
 class VocabParallelCrossEntropy(Function):
     """Mean softmax cross entropy of logits split by class: rank r holds z[:, cols_r] (classes lo..hi-1).
 
-        m_n   = max_c z[n, c]                      allreduce(max) of the per-rank maxima
-        s_n   = sum_c exp(z[n, c] - m_n)           allreduce(sum), together with
-        z_n,t = z[n, target_n]                     (only the rank that holds the target has it; others add 0)
-        loss  = mean_n (log s_n + m_n - z_n,t)
-        dL/dz[n, c] = (softmax(z)[n, c] - [c == target_n]) / N     on each rank's own columns: no communication
+    m_n   = max_c z[n, c]                      allreduce(max) of the per-rank maxima
+    s_n   = sum_c exp(z[n, c] - m_n)           allreduce(sum), together with
+    z_n,t = z[n, target_n]                     (only the rank that holds the target has it; others add 0)
+    loss  = mean_n (log s_n + m_n - z_n,t)
+    dL/dz[n, c] = (softmax(z)[n, c] - [c == target_n]) / N     on each rank's own columns: no communication
     """
 
     def forward(self, z, *, target: np.ndarray, lo: int, comm: Any, algorithm: str, check: bool):
@@ -369,8 +441,9 @@ class VocabParallelCrossEntropy(Function):
         return grad
 
 
-def vocab_parallel_cross_entropy(logits: Tensor, target: Any, lo: int, comm: Any = None, algorithm: str = "ring",
-                                 check: bool = True) -> Tensor:
+def vocab_parallel_cross_entropy(
+    logits: Tensor, target: Any, lo: int, comm: Any = None, algorithm: str = "ring", check: bool = True
+) -> Tensor:
     """Mean cross entropy of ``logits`` [N, V_r] (classes ``lo .. lo + V_r - 1`` of all V) against ``target`` [N].
 
     Every rank passes the same target and gets the same loss; with the blocks of a ColumnParallelLinear
@@ -378,12 +451,20 @@ def vocab_parallel_cross_entropy(logits: Tensor, target: Any, lo: int, comm: Any
     """
     target = np.asarray(target.data if isinstance(target, Tensor) else target)
     if logits.ndim != 2 or target.shape != (logits.shape[0],) or target.dtype.kind not in "iu":
-        raise ValueError(f"vocab_parallel_cross_entropy: expected logits [N, V_r] and integer target [N], got "
-                         f"{logits.shape} and {target.dtype} {target.shape}")
+        raise ValueError(
+            f"vocab_parallel_cross_entropy: expected logits [N, V_r] and integer target [N], got "
+            f"{logits.shape} and {target.dtype} {target.shape}"
+        )
     if logits.shape[0] == 0:
         raise ValueError("vocab_parallel_cross_entropy: the mean over an empty batch is undefined")
-    return VocabParallelCrossEntropy.apply(logits, target=target.astype(np.int64), lo=int(lo), comm=get_comm(comm),
-                                           algorithm=check_algorithm(algorithm), check=check)
+    return VocabParallelCrossEntropy.apply(
+        logits,
+        target=target.astype(np.int64),
+        lo=int(lo),
+        comm=get_comm(comm),
+        algorithm=check_algorithm(algorithm),
+        check=check,
+    )
 
 
 # ----------------------------------------------------------------------------- the language model
@@ -407,8 +488,9 @@ class TensorParallelLM(Module):
         super().__init__()
         self.vocab_size, self.hidden_size, self.num_layers = model.vocab_size, model.hidden_size, model.num_layers
         self.embedding, self.drop, self.lstm = model.embedding, model.drop, model.lstm
-        self.decoder = ColumnParallelLinear.from_dense(model.decoder, gather_output=False, comm=comm,
-                                                       algorithm=algorithm, check=check)
+        self.decoder = ColumnParallelLinear.from_dense(
+            model.decoder, gather_output=False, comm=comm, algorithm=algorithm, check=check
+        )
         self.detach_state = model.detach_state  # a staticmethod: holds no reference to the dense model
 
     def init_hidden(self, batch_size: int) -> tuple[Tensor, Tensor]:
@@ -420,8 +502,7 @@ class TensorParallelLM(Module):
     def forward(self, x: Any, state: Any = None):
         tokens = np.asarray(x.data if isinstance(x, Tensor) else x)
         T, B = tokens.shape
-        out, state = self.lstm(self.drop(self.embedding(tokens)), state if state is not None
-                               else self.init_hidden(B))
+        out, state = self.lstm(self.drop(self.embedding(tokens)), state if state is not None else self.init_hidden(B))
         return self.decoder(self.drop(out).reshape(T * B, self.hidden_size)), state
 
     def loss(self, logits: Tensor, target: Any) -> Tensor:
@@ -443,7 +524,16 @@ class TensorParallelLM(Module):
 
 
 __all__ = [
-    "ColumnParallelLinear", "ParallelMLP", "RowParallelLinear", "TensorParallelLM", "copy_to_parallel_region",
-    "gather_from_parallel_region", "gather_linear", "reduce_from_parallel_region", "scatter_to_parallel_region",
-    "shard_linear", "shard_range", "vocab_parallel_cross_entropy",
+    "ColumnParallelLinear",
+    "ParallelMLP",
+    "RowParallelLinear",
+    "TensorParallelLM",
+    "copy_to_parallel_region",
+    "gather_from_parallel_region",
+    "gather_linear",
+    "reduce_from_parallel_region",
+    "scatter_to_parallel_region",
+    "shard_linear",
+    "shard_range",
+    "vocab_parallel_cross_entropy",
 ]

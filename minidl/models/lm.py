@@ -62,12 +62,45 @@ class LMConfig:
 
 # Zaremba et al. 2014, section 4.1 (and the reference code's SmallConfig / MediumConfig / LargeConfig).
 PRESETS: dict[str, LMConfig] = {
-    "small": LMConfig(hidden_size=200, num_layers=2, num_steps=20, batch_size=20, dropout=0.0, init_scale=0.1,
-                      lr=1.0, lr_decay=0.5, decay_after=4, epochs=13, max_grad_norm=5.0),
-    "medium": LMConfig(hidden_size=650, num_layers=2, num_steps=35, batch_size=20, dropout=0.5, init_scale=0.05,
-                       lr=1.0, lr_decay=1 / 1.2, decay_after=6, epochs=39, max_grad_norm=5.0),
-    "large": LMConfig(hidden_size=1500, num_layers=2, num_steps=35, batch_size=20, dropout=0.65, init_scale=0.04,
-                      lr=1.0, lr_decay=1 / 1.15, decay_after=14, epochs=55, max_grad_norm=10.0),
+    "small": LMConfig(
+        hidden_size=200,
+        num_layers=2,
+        num_steps=20,
+        batch_size=20,
+        dropout=0.0,
+        init_scale=0.1,
+        lr=1.0,
+        lr_decay=0.5,
+        decay_after=4,
+        epochs=13,
+        max_grad_norm=5.0,
+    ),
+    "medium": LMConfig(
+        hidden_size=650,
+        num_layers=2,
+        num_steps=35,
+        batch_size=20,
+        dropout=0.5,
+        init_scale=0.05,
+        lr=1.0,
+        lr_decay=1 / 1.2,
+        decay_after=6,
+        epochs=39,
+        max_grad_norm=5.0,
+    ),
+    "large": LMConfig(
+        hidden_size=1500,
+        num_layers=2,
+        num_steps=35,
+        batch_size=20,
+        dropout=0.65,
+        init_scale=0.04,
+        lr=1.0,
+        lr_decay=1 / 1.15,
+        decay_after=14,
+        epochs=55,
+        max_grad_norm=10.0,
+    ),
 }
 
 
@@ -80,8 +113,15 @@ class LSTMLanguageModel(Module):
     default initialization.
     """
 
-    def __init__(self, vocab_size: int, hidden_size: int, num_layers: int = 2, dropout: float = 0.0,
-                 embedding_size: int | None = None, init_scale: float | None = None):
+    def __init__(
+        self,
+        vocab_size: int,
+        hidden_size: int,
+        num_layers: int = 2,
+        dropout: float = 0.0,
+        embedding_size: int | None = None,
+        init_scale: float | None = None,
+    ):
         super().__init__()
         if vocab_size <= 0:
             raise ValueError(f"LSTMLanguageModel: vocab_size must be positive, got {vocab_size}")
@@ -101,8 +141,13 @@ class LSTMLanguageModel(Module):
             if config not in PRESETS:
                 raise KeyError(f"unknown LM preset {config!r}; choose one of {sorted(PRESETS)}")
             config = PRESETS[config]
-        return cls(vocab_size or config.vocab_size, config.hidden_size, config.num_layers, config.dropout,
-                   init_scale=config.init_scale)
+        return cls(
+            vocab_size or config.vocab_size,
+            config.hidden_size,
+            config.num_layers,
+            config.dropout,
+            init_scale=config.init_scale,
+        )
 
     def init_uniform(self, bound: float) -> None:
         """Every parameter uniform(-bound, bound) (Zaremba et al.: 0.1 small, 0.05 medium, 0.04 large)."""
@@ -123,8 +168,10 @@ class LSTMLanguageModel(Module):
     def forward(self, x, state: State | None = None) -> tuple[Tensor, State]:
         tokens = x.data if isinstance(x, Tensor) else np.asarray(x)
         if tokens.ndim != 2 or tokens.dtype.kind not in "iu":
-            raise ValueError(f"LSTMLanguageModel: input must be integer token ids [T, B], got shape "
-                             f"{tokens.shape} and dtype {tokens.dtype}")
+            raise ValueError(
+                f"LSTMLanguageModel: input must be integer token ids [T, B], got shape "
+                f"{tokens.shape} and dtype {tokens.dtype}"
+            )
         T, B = tokens.shape
         if state is None:
             state = self.init_hidden(B)

@@ -64,6 +64,6 @@ def flatten(x: Tensor, start_dim: int = 1, end_dim: int = -1) -> Tensor:
     if not (-nd <= start_dim < nd and -nd <= end_dim < nd) or s > e:
         raise ValueError(f"flatten: bad dims start_dim={start_dim}, end_dim={end_dim} for a {nd}-D input")
     merged = 1
-    for d in x.shape[s:e + 1]:
+    for d in x.shape[s : e + 1]:
         merged *= d
-    return x.reshape(x.shape[:s] + (merged,) + x.shape[e + 1:])
+    return x.reshape(x.shape[:s] + (merged,) + x.shape[e + 1 :])

@@ -57,8 +57,14 @@ class Conv2dFunction(Function):
         return (dx, dw) if len(self.parents) == 2 else (dx, dw, db)
 
 
-def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: int | tuple[int, int] = 1,
-           padding: int | tuple[int, int] = 0, method: str = "auto") -> Tensor:
+def conv2d(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: int | tuple[int, int] = 1,
+    padding: int | tuple[int, int] = 0,
+    method: str = "auto",
+) -> Tensor:
     """x [N, C, H, W], weight [O, C, kh, kw], bias [O] or None -> [N, O, OH, OW].
 
     ``method``: "im2col" (explicit im2col and one matmul, any stride), "implicit" (stride 1 only: the
@@ -70,8 +76,10 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: int | 
         raise ValueError(f"conv2d: method must be 'auto', 'im2col' or 'implicit', got {method!r}")
     implicit_ok = stride == (1, 1) and all(p < k for p, k in zip(padding, weight.shape[2:]))
     if method == "implicit" and not implicit_ok:
-        raise ValueError(f"conv2d: the implicit method needs stride 1 and padding < kernel size, got "
-                         f"stride={stride}, padding={padding}, kernel {tuple(weight.shape[2:])}")
+        raise ValueError(
+            f"conv2d: the implicit method needs stride 1 and padding < kernel size, got "
+            f"stride={stride}, padding={padding}, kernel {tuple(weight.shape[2:])}"
+        )
     if method == "implicit" or (method == "auto" and implicit_ok):
         fn, kw = ImplicitConv2dFunction, {"padding": padding}
     else:
@@ -85,9 +93,16 @@ class Conv2d(Module):
     weight [out, in, kh, kw], bias [out]; PyTorch's default init (kaiming_uniform_ a=sqrt(5)).
     """
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | tuple[int, int],
-                 stride: int | tuple[int, int] = 1, padding: int | tuple[int, int] = 0, bias: bool = True,
-                 dtype=None):
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | tuple[int, int],
+        stride: int | tuple[int, int] = 1,
+        padding: int | tuple[int, int] = 0,
+        bias: bool = True,
+        dtype=None,
+    ):
         super().__init__()
         if in_channels < 1 or out_channels < 1:
             raise ValueError(f"Conv2d: channels must be >= 1, got in={in_channels}, out={out_channels}")
@@ -106,5 +121,7 @@ class Conv2d(Module):
         return conv2d(x, self.weight, self.bias, self.stride, self.padding)
 
     def extra_repr(self) -> str:
-        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}, "
-                f"padding={self.padding}, bias={self.bias is not None}")
+        return (
+            f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}, "
+            f"padding={self.padding}, bias={self.bias is not None}"
+        )

@@ -44,7 +44,7 @@ def flat_pad(x: np.ndarray, padding: tuple[int, int], kw: int) -> np.ndarray:
     ph, pw = padding
     hp, wp = h + 2 * ph, w + 2 * pw
     xf = np.zeros((n, c, hp * wp + kw - 1), dtype=x.dtype)
-    xf[:, :, :hp * wp].reshape(n, c, hp, wp)[:, :, ph:ph + h, pw:pw + w] = x
+    xf[:, :, : hp * wp].reshape(n, c, hp, wp)[:, :, ph : ph + h, pw : pw + w] = x
     return xf
 
 
@@ -59,7 +59,7 @@ def shifted_matmuls(xf: np.ndarray, taps: np.ndarray, row: int, rows: int) -> np
     tmp = np.empty_like(out)
     for i in range(kh):
         for j in range(kw):
-            view = xf[:, :, i * row + j:i * row + j + length]
+            view = xf[:, :, i * row + j : i * row + j + length]
             if i == 0 and j == 0:
                 np.matmul(taps[i, j], view, out=out)
             else:
@@ -107,7 +107,7 @@ class ImplicitConv2dFunction(Function):
             dw = np.empty_like(weight)
             for i in range(kh):
                 for j in range(kw):
-                    view = xf[:, :, i * wp + j:i * wp + j + oh * wp]
+                    view = xf[:, :, i * wp + j : i * wp + j + oh * wp]
                     dw[:, :, i, j] = np.matmul(gf, view.transpose(0, 2, 1)).sum(axis=0)
         if len(self.parents) == 3 and self.needs_input_grad[2]:
             db = g.sum(axis=(0, 2, 3))

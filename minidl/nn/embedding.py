@@ -19,8 +19,9 @@ def check_indices(indices: np.ndarray, num_embeddings: int) -> np.ndarray:
     if indices.dtype.kind not in "iu":
         raise TypeError(f"embedding: indices must be integers, got dtype {indices.dtype}")
     if indices.size and (indices.min() < 0 or indices.max() >= num_embeddings):
-        raise IndexError(f"embedding: indices must lie in [0, {num_embeddings}), got values in "
-                         f"[{indices.min()}, {indices.max()}]")
+        raise IndexError(
+            f"embedding: indices must lie in [0, {num_embeddings}), got values in [{indices.min()}, {indices.max()}]"
+        )
     return indices
 
 

@@ -36,20 +36,25 @@ def conv_output_size(size: int, kernel: int, stride: int, padding: int) -> int:
     return (size + 2 * padding - kernel) // stride + 1
 
 
-def check_window(x_shape: tuple[int, ...], kernel: tuple[int, int], stride: tuple[int, int],
-                 padding: tuple[int, int], op: str) -> tuple[int, int]:
+def check_window(
+    x_shape: tuple[int, ...], kernel: tuple[int, int], stride: tuple[int, int], padding: tuple[int, int], op: str
+) -> tuple[int, int]:
     """Validate an NCHW input against a window; return (OH, OW) or raise a ValueError naming the problem."""
     if len(x_shape) != 4:
         raise ValueError(f"{op}: expected a 4-D input [N, C, H, W], got shape {tuple(x_shape)}")
     if min(kernel) < 1 or min(stride) < 1 or min(padding) < 0:
-        raise ValueError(f"{op}: kernel_size and stride must be >= 1 and padding >= 0, got "
-                         f"kernel_size={kernel}, stride={stride}, padding={padding}")
+        raise ValueError(
+            f"{op}: kernel_size and stride must be >= 1 and padding >= 0, got "
+            f"kernel_size={kernel}, stride={stride}, padding={padding}"
+        )
     h, w = x_shape[2:]
     oh = conv_output_size(h, kernel[0], stride[0], padding[0])
     ow = conv_output_size(w, kernel[1], stride[1], padding[1])
     if oh < 1 or ow < 1:
-        raise ValueError(f"{op}: input of spatial size {h}x{w} (padding {padding}) is smaller than "
-                         f"the kernel {kernel[0]}x{kernel[1]}")
+        raise ValueError(
+            f"{op}: input of spatial size {h}x{w} (padding {padding}) is smaller than "
+            f"the kernel {kernel[0]}x{kernel[1]}"
+        )
     return oh, ow
 
 
@@ -59,8 +64,9 @@ def check_conv_args(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None) 
         raise ValueError(f"conv2d: weight must be 4-D [out, in, kh, kw], got shape {weight.shape}")
     o, c = weight.shape[:2]
     if x.ndim != 4 or x.shape[1] != c:
-        raise ValueError(f"conv2d: expected input [N, {c}, H, W] for weight of shape {weight.shape}, "
-                         f"got shape {x.shape}")
+        raise ValueError(
+            f"conv2d: expected input [N, {c}, H, W] for weight of shape {weight.shape}, got shape {x.shape}"
+        )
     if x.dtype != weight.dtype:
         raise TypeError(f"conv2d: input dtype {x.dtype} differs from weight dtype {weight.dtype}")
     if bias is not None and bias.shape != (o,):
@@ -74,12 +80,13 @@ def pad2d(x: np.ndarray, padding: tuple[int, int], value: float = 0.0) -> np.nda
         return x
     n, c, h, w = x.shape
     out = np.full((n, c, h + 2 * ph, w + 2 * pw), value, dtype=x.dtype)
-    out[:, :, ph:ph + h, pw:pw + w] = x
+    out[:, :, ph : ph + h, pw : pw + w] = x
     return out
 
 
-def im2col(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int], padding: tuple[int, int],
-           pad_value: float = 0.0) -> np.ndarray:
+def im2col(
+    x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int], padding: tuple[int, int], pad_value: float = 0.0
+) -> np.ndarray:
     """x [N, C, H, W] -> cols [N, C, kh, kw, OH, OW] with cols[n, c, i, j, oh, ow] = x_pad[n, c, i + s*oh, j + s*ow].
 
     ``pad_value`` fills the border (0 for convolution and average pooling, -inf for max pooling).
@@ -90,12 +97,11 @@ def im2col(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int], padd
     cols = np.empty(x.shape[:2] + (kh, kw, oh, ow), dtype=x.dtype)
     for i in range(kh):
         for j in range(kw):
-            cols[:, :, i, j] = xp[:, :, i:i + sh * oh:sh, j:j + sw * ow:sw]
+            cols[:, :, i, j] = xp[:, :, i : i + sh * oh : sh, j : j + sw * ow : sw]
     return cols
 
 
-def col2im(cols: np.ndarray, x_shape: tuple[int, ...], stride: tuple[int, int],
-           padding: tuple[int, int]) -> np.ndarray:
+def col2im(cols: np.ndarray, x_shape: tuple[int, ...], stride: tuple[int, int], padding: tuple[int, int]) -> np.ndarray:
     """The adjoint of im2col: cols [N, C, kh, kw, OH, OW] -> x [N, C, H, W], summing overlaps."""
     n, c, kh, kw, oh, ow = cols.shape
     (sh, sw), (ph, pw) = stride, padding
@@ -103,5 +109,5 @@ def col2im(cols: np.ndarray, x_shape: tuple[int, ...], stride: tuple[int, int],
     xp = np.zeros((n, c, h + 2 * ph, w + 2 * pw), dtype=cols.dtype)
     for i in range(kh):
         for j in range(kw):
-            xp[:, :, i:i + sh * oh:sh, j:j + sw * ow:sw] += cols[:, :, i, j]
-    return xp[:, :, ph:ph + h, pw:pw + w] if ph or pw else xp
+            xp[:, :, i : i + sh * oh : sh, j : j + sw * ow : sw] += cols[:, :, i, j]
+    return xp[:, :, ph : ph + h, pw : pw + w] if ph or pw else xp

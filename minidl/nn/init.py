@@ -79,15 +79,25 @@ def _fan(t: Tensor, mode: str) -> int:
     return fan_in if mode == "fan_in" else fan_out
 
 
-def kaiming_uniform_(t: Tensor, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu",
-                     rng: np.random.Generator | None = None) -> Tensor:
+def kaiming_uniform_(
+    t: Tensor,
+    a: float = 0.0,
+    mode: str = "fan_in",
+    nonlinearity: str = "leaky_relu",
+    rng: np.random.Generator | None = None,
+) -> Tensor:
     """He et al. (2015): U(-b, b), b = gain * sqrt(3 / fan). PyTorch's layer default is a = sqrt(5)."""
     bound = calculate_gain(nonlinearity, a) * math.sqrt(3.0 / _fan(t, mode))
     return uniform_(t, -bound, bound, rng)
 
 
-def kaiming_normal_(t: Tensor, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu",
-                    rng: np.random.Generator | None = None) -> Tensor:
+def kaiming_normal_(
+    t: Tensor,
+    a: float = 0.0,
+    mode: str = "fan_in",
+    nonlinearity: str = "leaky_relu",
+    rng: np.random.Generator | None = None,
+) -> Tensor:
     """He et al. (2015): N(0, std^2), std = gain / sqrt(fan)."""
     return normal_(t, 0.0, calculate_gain(nonlinearity, a) / math.sqrt(_fan(t, mode)), rng)
 

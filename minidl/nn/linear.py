@@ -16,8 +16,9 @@ class LinearFunction(Function):
         if weight.ndim != 2:
             raise ValueError(f"linear: weight must be 2-D [out, in], got shape {weight.shape}")
         if x.ndim == 0 or x.shape[-1] != weight.shape[1]:
-            raise ValueError(f"linear: input's last dimension must be in_features={weight.shape[1]}, "
-                             f"got input shape {x.shape}")
+            raise ValueError(
+                f"linear: input's last dimension must be in_features={weight.shape[1]}, got input shape {x.shape}"
+            )
         if bias is not None and bias.shape != (weight.shape[0],):
             raise ValueError(f"linear: bias must have shape ({weight.shape[0]},), got {bias.shape}")
         self.save_for_backward(x, weight)

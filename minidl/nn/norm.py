@@ -68,8 +68,13 @@ def batch_moments(x: np.ndarray, reduce: Reduce | None = None) -> tuple[np.ndarr
     count = x.size // x.shape[1]
     if count == 0 and reduce is None:
         raise ValueError(f"batch_norm: empty input of shape {x.shape}")
-    sums = np.stack([channel_sum(x, np.float64), channel_sum(np.square(x), np.float64),
-                     np.full(x.shape[1], count, dtype=np.float64)])
+    sums = np.stack(
+        [
+            channel_sum(x, np.float64),
+            channel_sum(np.square(x), np.float64),
+            np.full(x.shape[1], count, dtype=np.float64),
+        ]
+    )
     if reduce is not None:
         sums = reduce(sums)
     s, ss, m = sums
@@ -116,8 +121,16 @@ class BatchNormTrainFunction(Function):
         return (dx, dgamma if self.needs_input_grad[1] else None, dbeta if self.needs_input_grad[2] else None)
 
 
-def batch_norm_train(x: Tensor, weight: Tensor | None, bias: Tensor | None, mean: np.ndarray, var: np.ndarray,
-                     count: int, eps: float = 1e-5, reduce: Reduce | None = None) -> Tensor:
+def batch_norm_train(
+    x: Tensor,
+    weight: Tensor | None,
+    bias: Tensor | None,
+    mean: np.ndarray,
+    var: np.ndarray,
+    count: int,
+    eps: float = 1e-5,
+    reduce: Reduce | None = None,
+) -> Tensor:
     """Normalize x with given batch statistics (from ``batch_moments``); ``reduce`` sums the backward's
     per-channel sums across ranks (SyncBatchNorm), None on one process."""
     kw = {"mean": mean, "var": var, "count": count, "eps": eps, "reduce": reduce}
@@ -126,10 +139,18 @@ def batch_norm_train(x: Tensor, weight: Tensor | None, bias: Tensor | None, mean
     return BatchNormTrainFunction.apply(x, weight, bias, **kw)
 
 
-def batch_norm(x: Tensor, running_mean: np.ndarray | None, running_var: np.ndarray | None,
-               weight: Tensor | None = None, bias: Tensor | None = None, training: bool = False,
-               momentum: float | None = 0.1, eps: float = 1e-5, num_batches_tracked: np.ndarray | None = None,
-               reduce: Reduce | None = None) -> Tensor:
+def batch_norm(
+    x: Tensor,
+    running_mean: np.ndarray | None,
+    running_var: np.ndarray | None,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    training: bool = False,
+    momentum: float | None = 0.1,
+    eps: float = 1e-5,
+    num_batches_tracked: np.ndarray | None = None,
+    reduce: Reduce | None = None,
+) -> Tensor:
     """PyTorch's F.batch_norm: batch statistics when ``training`` (updating the running arrays in place,
     if given), else the running statistics. x is [N, C] or [N, C, *spatial].
 
@@ -147,8 +168,10 @@ def batch_norm(x: Tensor, running_mean: np.ndarray | None, running_var: np.ndarr
         mean, var, count = batch_moments(x.data, reduce)
         if count < 2:
             over_ranks = f" ({count} over all ranks)" if reduce is not None else ""
-            raise ValueError(f"batch_norm: expected more than 1 value per channel when training, got input shape "
-                             f"{x.shape}{over_ranks}")
+            raise ValueError(
+                f"batch_norm: expected more than 1 value per channel when training, got input shape "
+                f"{x.shape}{over_ranks}"
+            )
         if running_mean is not None:
             if num_batches_tracked is not None:
                 num_batches_tracked += 1
@@ -173,8 +196,15 @@ class _BatchNorm(Module):
 
     expected_dims: tuple[int, ...] = ()
 
-    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
-                 track_running_stats: bool = True, dtype=None):
+    def __init__(
+        self,
+        num_features: int,
+        eps: float = 1e-5,
+        momentum: float | None = 0.1,
+        affine: bool = True,
+        track_running_stats: bool = True,
+        dtype=None,
+    ):
         super().__init__()
         if num_features < 1:
             raise ValueError(f"{type(self).__name__}: num_features must be >= 1, got {num_features}")
@@ -212,14 +242,24 @@ class _BatchNorm(Module):
         self.check_input(x)
         use_batch_stats = self.training or not self.track_running_stats
         update = self.training and self.track_running_stats
-        return batch_norm(x, self.running_mean if update or not use_batch_stats else None,
-                          self.running_var if update or not use_batch_stats else None,
-                          self.weight, self.bias, use_batch_stats, self.momentum, self.eps,
-                          self.num_batches_tracked if update else None, reduce)
+        return batch_norm(
+            x,
+            self.running_mean if update or not use_batch_stats else None,
+            self.running_var if update or not use_batch_stats else None,
+            self.weight,
+            self.bias,
+            use_batch_stats,
+            self.momentum,
+            self.eps,
+            self.num_batches_tracked if update else None,
+            reduce,
+        )
 
     def extra_repr(self) -> str:
-        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
-                f"track_running_stats={self.track_running_stats}")
+        return (
+            f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
+            f"track_running_stats={self.track_running_stats}"
+        )
 
 
 class BatchNorm1d(_BatchNorm):

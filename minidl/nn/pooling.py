@@ -72,8 +72,9 @@ def max_pool2d(x: Tensor, kernel_size: Size2, stride: Size2 | None = None, paddi
     return MaxPool2dFunction.apply(x, **_window(kernel_size, stride, padding))
 
 
-def avg_pool2d(x: Tensor, kernel_size: Size2, stride: Size2 | None = None, padding: Size2 = 0,
-               count_include_pad: bool = True) -> Tensor:
+def avg_pool2d(
+    x: Tensor, kernel_size: Size2, stride: Size2 | None = None, padding: Size2 = 0, count_include_pad: bool = True
+) -> Tensor:
     """x [N, C, H, W] -> [N, C, OH, OW], the mean of each window (zero padding counts, as PyTorch's default)."""
     return AvgPool2dFunction.apply(x, count_include_pad=count_include_pad, **_window(kernel_size, stride, padding))
 
@@ -125,8 +126,9 @@ class MaxPool2d(Module):
 
 
 class AvgPool2d(MaxPool2d):
-    def __init__(self, kernel_size: Size2, stride: Size2 | None = None, padding: Size2 = 0,
-                 count_include_pad: bool = True):
+    def __init__(
+        self, kernel_size: Size2, stride: Size2 | None = None, padding: Size2 = 0, count_include_pad: bool = True
+    ):
         super().__init__(kernel_size, stride, padding)
         self.count_include_pad = count_include_pad
 
@@ -153,5 +155,12 @@ def global_avg_pool2d(x: Tensor) -> Tensor:
     return adaptive_avg_pool2d(x, 1).reshape(x.shape[0], x.shape[1])
 
 
-__all__ = ["AdaptiveAvgPool2d", "AvgPool2d", "MaxPool2d", "adaptive_avg_pool2d", "avg_pool2d", "global_avg_pool2d",
-           "max_pool2d"]
+__all__ = [
+    "AdaptiveAvgPool2d",
+    "AvgPool2d",
+    "MaxPool2d",
+    "adaptive_avg_pool2d",
+    "avg_pool2d",
+    "global_avg_pool2d",
+    "max_pool2d",
+]

@@ -60,8 +60,15 @@ class BasicBlock(Module):
 class ResNet(Module):
     """ResNet for small images: a 3x3 stem, stages of BasicBlocks, global average pooling, a classifier."""
 
-    def __init__(self, blocks_per_stage: list[int], num_classes: int = 10, in_channels: int = 3, width: int = 16,
-                 norm: Norm | None = BatchNorm2d, zero_init_residual: bool = False):
+    def __init__(
+        self,
+        blocks_per_stage: list[int],
+        num_classes: int = 10,
+        in_channels: int = 3,
+        width: int = 16,
+        norm: Norm | None = BatchNorm2d,
+        zero_init_residual: bool = False,
+    ):
         super().__init__()
         self.conv1 = Conv2d(in_channels, width, 3, padding=1, bias=norm is None)
         self.bn1 = _norm(norm, width)
@@ -69,8 +76,10 @@ class ResNet(Module):
         planes = width
         for s, n in enumerate(blocks_per_stage):
             out_planes = width * 2**s
-            blocks = [BasicBlock(planes if k == 0 else out_planes, out_planes, 2 if s > 0 and k == 0 else 1, norm)
-                      for k in range(n)]
+            blocks = [
+                BasicBlock(planes if k == 0 else out_planes, out_planes, 2 if s > 0 and k == 0 else 1, norm)
+                for k in range(n)
+            ]
             setattr(self, f"layer{s + 1}", Sequential(*blocks))
             planes = out_planes
         self.num_stages = len(blocks_per_stage)
@@ -90,8 +99,14 @@ class ResNet(Module):
         return self.fc(self.flatten(self.avgpool(x)))
 
 
-def resnet(depth: int = 20, num_classes: int = 10, in_channels: int = 3, width: int = 16,
-           norm: Norm | None = BatchNorm2d, zero_init_residual: bool = False) -> ResNet:
+def resnet(
+    depth: int = 20,
+    num_classes: int = 10,
+    in_channels: int = 3,
+    width: int = 16,
+    norm: Norm | None = BatchNorm2d,
+    zero_init_residual: bool = False,
+) -> ResNet:
     """ResNet-``depth`` for 32x32 inputs: 3 stages of (depth - 2) / 6 BasicBlocks, widths w, 2w, 4w.
 
     ``norm`` builds the normalization layer from a channel count (BatchNorm2d; a SyncBatchNorm for
@@ -100,7 +115,8 @@ def resnet(depth: int = 20, num_classes: int = 10, in_channels: int = 3, width: 
     if depth < 8 or (depth - 2) % 6:
         raise ValueError(f"resnet: depth must be 6n + 2 with n >= 1 (8, 14, 20, 32, 44, 56, 110), got {depth}")
     if width < 1 or num_classes < 1 or in_channels < 1:
-        raise ValueError(f"resnet: width, num_classes and in_channels must be >= 1, got {width}, {num_classes}, "
-                         f"{in_channels}")
+        raise ValueError(
+            f"resnet: width, num_classes and in_channels must be >= 1, got {width}, {num_classes}, {in_channels}"
+        )
     n = (depth - 2) // 6
     return ResNet([n, n, n], num_classes, in_channels, width, norm, zero_init_residual)

@@ -44,8 +44,15 @@ def _check_state_pair(name: str, state, shape: tuple[int, ...]) -> tuple[Tensor,
     return h, c
 
 
-def lstm_cell(x: Tensor, h: Tensor, c: Tensor, weight_ih: Tensor, weight_hh: Tensor,
-              bias_ih: Tensor | None = None, bias_hh: Tensor | None = None) -> tuple[Tensor, Tensor]:
+def lstm_cell(
+    x: Tensor,
+    h: Tensor,
+    c: Tensor,
+    weight_ih: Tensor,
+    weight_hh: Tensor,
+    bias_ih: Tensor | None = None,
+    bias_hh: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
     """One LSTM step written with Tensor operations (autograd derives the backward): returns (h', c')."""
     H = h.shape[1]
     a = x @ weight_ih.T + h @ weight_hh.T  # [B, 4H] pre-activations, gates i, f, g, o
@@ -108,12 +115,21 @@ class LSTM(Module):
     connections only). Init: uniform(-1/sqrt(H), 1/sqrt(H)) as PyTorch, or ``init_uniform(a)``.
     """
 
-    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
-                 dropout: float = 0.0, batch_first: bool = False):
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        bias: bool = True,
+        dropout: float = 0.0,
+        batch_first: bool = False,
+    ):
         super().__init__()
         if input_size <= 0 or hidden_size <= 0 or num_layers <= 0:
-            raise ValueError(f"LSTM: sizes must be positive, got input_size={input_size}, "
-                             f"hidden_size={hidden_size}, num_layers={num_layers}")
+            raise ValueError(
+                f"LSTM: sizes must be positive, got input_size={input_size}, "
+                f"hidden_size={hidden_size}, num_layers={num_layers}"
+            )
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"LSTM: dropout must be in [0, 1), got {dropout}")
         self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers

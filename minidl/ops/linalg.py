@@ -16,9 +16,7 @@ class MatMul(Function):
         ka = a.shape[-1]
         kb = b.shape[-2] if b.ndim >= 2 else b.shape[0]
         if ka != kb:
-            raise ValueError(
-                f"matmul: shapes {a.shape} and {b.shape} do not align (inner dimensions {ka} != {kb})"
-            )
+            raise ValueError(f"matmul: shapes {a.shape} and {b.shape} do not align (inner dimensions {ka} != {kb})")
         try:
             np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
         except ValueError:

@@ -170,4 +170,3 @@ class LSTMFunction(Function):
             db = from_internal(da2.sum(axis=0))
             grads += [db if need[5] else None, db.copy() if need[6] else None]
         return tuple(grads)
-

@@ -1,8 +1,8 @@
 """softmax, log_softmax and logsumexp: the max-shift trick keeps them finite at inputs of +-1e4.
 
-    logsumexp(a) = m + log(sum(exp(a - m))),  m = max(a)      (every exp argument <= 0, one of them = 0)
-    log_softmax(a) = a - logsumexp(a)
-    softmax(a) = exp(a - m) / sum(exp(a - m))
+logsumexp(a) = m + log(sum(exp(a - m))),  m = max(a)      (every exp argument <= 0, one of them = 0)
+log_softmax(a) = a - logsumexp(a)
+softmax(a) = exp(a - m) / sum(exp(a - m))
 """
 
 from __future__ import annotations

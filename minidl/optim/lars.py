@@ -39,7 +39,11 @@ class LARS(Optimizer):
         adapt: bool = True,
     ):
         defaults = dict(
-            lr=lr, momentum=momentum, weight_decay=weight_decay, trust_coefficient=trust_coefficient, eps=eps,
+            lr=lr,
+            momentum=momentum,
+            weight_decay=weight_decay,
+            trust_coefficient=trust_coefficient,
+            eps=eps,
             adapt=adapt,
         )
         super().__init__(params, defaults)

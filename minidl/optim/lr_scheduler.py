@@ -168,8 +168,9 @@ class SequentialLR(LRScheduler):
     (each one's construction sets the rates; this one then resets them to schedulers[0]'s at t = 0).
     """
 
-    def __init__(self, optimizer: Optimizer, schedulers: Sequence[LRScheduler], milestones: Sequence[int],
-                 last_epoch: int = -1):
+    def __init__(
+        self, optimizer: Optimizer, schedulers: Sequence[LRScheduler], milestones: Sequence[int], last_epoch: int = -1
+    ):
         schedulers, milestones = list(schedulers), [int(m) for m in milestones]
         if not schedulers or len(milestones) != len(schedulers) - 1:
             raise ValueError(
@@ -205,8 +206,9 @@ class SequentialLR(LRScheduler):
         super().load_state_dict(state)
 
 
-def warmup_cosine(optimizer: Optimizer, warmup_steps: int, total_steps: int, start_factor: float = 0.1,
-                  eta_min: float = 0.0) -> SequentialLR:
+def warmup_cosine(
+    optimizer: Optimizer, warmup_steps: int, total_steps: int, start_factor: float = 0.1, eta_min: float = 0.0
+) -> SequentialLR:
     """Linear warmup for ``warmup_steps`` steps, then cosine decay to ``eta_min`` at ``total_steps``."""
     if total_steps <= warmup_steps:
         raise ValueError(f"warmup_cosine: total_steps ({total_steps}) must exceed warmup_steps ({warmup_steps})")

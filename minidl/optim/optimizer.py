@@ -245,4 +245,3 @@ def check_nonnegative(opt: Optimizer, group: dict[str, Any], *names: str) -> Non
         if not value >= 0.0:  # also rejects NaN
             raise ValueError(f"{type(opt).__name__}: invalid {name}: {value} (must be >= 0)")
         group[name] = value
-

@@ -60,23 +60,45 @@ class CNNConfig:
 
 PRESETS: dict[str, CNNConfig] = {
     # >= 95% per-label accuracy on the generated images in a few minutes on one core.
-    "demo": CNNConfig(depth=8, width=8, batch_size=32, lr=0.1, momentum=0.9, weight_decay=5e-4, epochs=3,
-                      warmup_epochs=0.2),
+    "demo": CNNConfig(
+        depth=8, width=8, batch_size=32, lr=0.1, momentum=0.9, weight_decay=5e-4, epochs=3, warmup_epochs=0.2
+    ),
     # He et al.'s ResNet-20 (CIFAR-10 settings, batch 128 -> 64 per rank here).
-    "resnet20": CNNConfig(depth=20, width=16, batch_size=64, lr=0.1, momentum=0.9, weight_decay=1e-4, epochs=10,
-                          warmup_epochs=1.0),
+    "resnet20": CNNConfig(
+        depth=20, width=16, batch_size=64, lr=0.1, momentum=0.9, weight_decay=1e-4, epochs=10, warmup_epochs=1.0
+    ),
     # Seconds: tests and the tutorials' --quick mode.
-    "quick": CNNConfig(depth=8, width=8, batch_size=16, lr=0.1, momentum=0.9, weight_decay=5e-4, epochs=5,
-                       warmup_epochs=0.2, images="quick"),
+    "quick": CNNConfig(
+        depth=8,
+        width=8,
+        batch_size=16,
+        lr=0.1,
+        momentum=0.9,
+        weight_decay=5e-4,
+        epochs=5,
+        warmup_epochs=0.2,
+        images="quick",
+    ),
 }
-OVERRIDES = {"depth": "depth", "width": "width", "batch_size": "batch_size", "lr": "lr", "epochs": "epochs",
-             "momentum": "momentum", "weight_decay": "weight_decay"}
+OVERRIDES = {
+    "depth": "depth",
+    "width": "width",
+    "batch_size": "batch_size",
+    "lr": "lr",
+    "epochs": "epochs",
+    "momentum": "momentum",
+    "weight_decay": "weight_decay",
+}
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     parser = parser or argparse.ArgumentParser(prog="python -m minidl.train cnn", description=__doc__.split("\n")[0])
-    parser.add_argument("--preset", choices=sorted(PRESETS), default=None,
-                        help="network and schedule (default: demo; quick with --quick)")
+    parser.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        default=None,
+        help="network and schedule (default: demo; quick with --quick)",
+    )
     parser.add_argument("--data", metavar="DIR", help="a directory of IDX files (MNIST / Fashion-MNIST format)")
     model = parser.add_argument_group("network and schedule (override the preset)")
     model.add_argument("--depth", type=common.positive_int, help="ResNet depth, 6n + 2 (8, 14, 20, 32, ...)")
@@ -114,11 +136,25 @@ def load_task(args: argparse.Namespace, cfg: CNNConfig) -> Task:
         (x_train, y_train), (x_test, y_test) = load_mnist(args.data, "train"), load_mnist(args.data, "t10k")
         # uint8 [N, 28, 28] -> float [N, 1, 28, 28] scaled to [0, 1], labels int64
         prep = lambda x: (np.asarray(x, np.float32) / 255.0)[:, None]
-        return Task(f"IDX files in {args.data}", prep(x_train), np.asarray(y_train, np.int64), prep(x_test),
-                    np.asarray(y_test, np.int64), tuple(str(c) for c in range(int(y_train.max()) + 1)), False)
+        return Task(
+            f"IDX files in {args.data}",
+            prep(x_train),
+            np.asarray(y_train, np.int64),
+            prep(x_test),
+            np.asarray(y_test, np.int64),
+            tuple(str(c) for c in range(int(y_train.max()) + 1)),
+            False,
+        )
     data = generated_images(cfg.images, seed=0)
-    return Task(f"generated multi-label shapes ({cfg.images})", data.x_train, data.y_train, data.x_test, data.y_test,
-                data.classes, True)
+    return Task(
+        f"generated multi-label shapes ({cfg.images})",
+        data.x_train,
+        data.y_train,
+        data.x_test,
+        data.y_test,
+        data.classes,
+        True,
+    )
 
 
 def loss_fn(task: Task, logits: minidl.Tensor, y: np.ndarray) -> minidl.Tensor:
@@ -152,15 +188,21 @@ def evaluate(ctx: Context, model: nn.Module, task: Task, batch_size: int) -> dic
     model.train()
     totals = ctx.sum([*right, exact, loss])
     per_label = totals[: right.size] / n
-    return {"accuracy": float(per_label.mean()), "per_label": per_label, "exact": float(totals[right.size] / n),
-            "loss": float(totals[-1] / n)}
+    return {
+        "accuracy": float(per_label.mean()),
+        "per_label": per_label,
+        "exact": float(totals[right.size] / n),
+        "loss": float(totals[-1] / n),
+    }
 
 
 def describe(task: Task, result: dict[str, Any]) -> str:
     if task.multilabel:
         labels = " ".join(f"{c} {100 * a:.1f}" for c, a in zip(task.classes, result["per_label"]))
-        return (f"per-label accuracy {100 * result['accuracy']:.2f}% ({labels}) | exact match "
-                f"{100 * result['exact']:.1f}% | loss {result['loss']:.4f}")
+        return (
+            f"per-label accuracy {100 * result['accuracy']:.2f}% ({labels}) | exact match "
+            f"{100 * result['exact']:.1f}% | loss {result['loss']:.4f}"
+        )
     return f"accuracy {100 * result['accuracy']:.2f}% | loss {result['loss']:.4f}"
 
 
@@ -179,8 +221,9 @@ def train(ctx: Context, args: argparse.Namespace, preset: str, cfg: CNNConfig) -
         model = dist.convert_sync_batchnorm(model, args.allreduce, ctx.comm)
     common.start_replicas(ctx, model, args.seed)
     params = list(model.parameters())
-    opt = common.wrap_optimizer(ctx, optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum,
-                                               weight_decay=cfg.weight_decay), args)
+    opt = common.wrap_optimizer(
+        ctx, optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay), args
+    )
     # The schedule spans all epochs; --max-steps only stops early (so a stopped-and-resumed run is the same run).
     schedule_steps = cfg.epochs * steps_per_epoch
     total_steps = min(args.max_steps or schedule_steps, schedule_steps)
@@ -196,14 +239,18 @@ def train(ctx: Context, args: argparse.Namespace, preset: str, cfg: CNNConfig) -
         sampler.set_epoch(0)
     n_params = sum(p.data.size for p in params)
     kind = "multi-label, BCE with logits" if task.multilabel else "single-label, cross-entropy"
-    common.print_header(ctx, f"ResNet-{cfg.depth} (width {cfg.width}), preset {preset!r}: {n_params:,} parameters "
-                             f"({args.dtype})", [
-        f"data: {task.name}: train {task.x_train.shape}, test {task.x_test.shape}, {task.num_outputs} outputs ({kind})",
-        f"batch {cfg.batch_size}/rank, {steps_per_epoch} steps/epoch, {cfg.epochs} epochs; SGD lr {cfg.lr} momentum "
-        f"{cfg.momentum} wd {cfg.weight_decay}, warmup {warmup} steps then cosine"
-        + (", SyncBatchNorm" if args.sync_bn and ctx.parallel else "")
-        + (f", at most {total_steps} steps" if args.max_steps else ""),
-    ] + ([f"resumed from {args.resume}: epoch {sampler.epoch + 1}, step {step}"] if args.resume else []))
+    common.print_header(
+        ctx,
+        f"ResNet-{cfg.depth} (width {cfg.width}), preset {preset!r}: {n_params:,} parameters ({args.dtype})",
+        [
+            f"data: {task.name}: train {task.x_train.shape}, test {task.x_test.shape}, {task.num_outputs} outputs ({kind})",
+            f"batch {cfg.batch_size}/rank, {steps_per_epoch} steps/epoch, {cfg.epochs} epochs; SGD lr {cfg.lr} momentum "
+            f"{cfg.momentum} wd {cfg.weight_decay}, warmup {warmup} steps then cosine"
+            + (", SyncBatchNorm" if args.sync_bn and ctx.parallel else "")
+            + (f", at most {total_steps} steps" if args.max_steps else ""),
+        ]
+        + ([f"resumed from {args.resume}: epoch {sampler.epoch + 1}, step {step}"] if args.resume else []),
+    )
 
     log_every = args.log_every or max(1, steps_per_epoch // 5)
     speed = common.Throughput("images", ctx.size, args.baseline_wps)
@@ -216,8 +263,9 @@ def train(ctx: Context, args: argparse.Namespace, preset: str, cfg: CNNConfig) -
     def checkpoint() -> None:
         nonlocal saved_at
         saved_at = step
-        common.save_checkpoint(ctx, args.save, model, opt, {"step": step, "sampler": sampler.state_dict(),
-                                                             "preset": preset}, {}, schedule)
+        common.save_checkpoint(
+            ctx, args.save, model, opt, {"step": step, "sampler": sampler.state_dict(), "preset": preset}, {}, schedule
+        )
 
     while step < total_steps:
         epoch = sampler.epoch
@@ -237,9 +285,11 @@ def train(ctx: Context, args: argparse.Namespace, preset: str, cfg: CNNConfig) -
             if step % log_every == 0 or step == total_steps:
                 rate = speed.take()
                 tot_loss, tot_right, tot_seen = ctx.sum([loss_sum, right, seen])
-                ctx.log(f"epoch {epoch + 1} step {sampler.position}/{steps_per_epoch} | "
-                        f"lr {opt.param_groups[0]['lr']:.3g} | loss {tot_loss / tot_seen:.4f} | "
-                        f"train acc {100 * tot_right / tot_seen:.1f}% | {rate}{split.take()}")
+                ctx.log(
+                    f"epoch {epoch + 1} step {sampler.position}/{steps_per_epoch} | "
+                    f"lr {opt.param_groups[0]['lr']:.3g} | loss {tot_loss / tot_seen:.4f} | "
+                    f"train acc {100 * tot_right / tot_seen:.1f}% | {rate}{split.take()}"
+                )
                 history["train"].append((step, float(tot_loss / tot_seen), float(tot_right / tot_seen)))
                 loss_sum, right, seen = 0.0, 0.0, 0
             if step >= total_steps:
@@ -251,8 +301,10 @@ def train(ctx: Context, args: argparse.Namespace, preset: str, cfg: CNNConfig) -
         if step < total_steps:  # (the last epoch's score is the final evaluation below)
             result = evaluate(ctx, model, task, args.eval_batch_size)
             history["test"].append((epoch + 1, result["accuracy"]))
-            ctx.log(f"epoch {epoch + 1} done | test {describe(task, result)} | "
-                    f"{common.format_duration(time.perf_counter() - started)} elapsed")
+            ctx.log(
+                f"epoch {epoch + 1} done | test {describe(task, result)} | "
+                f"{common.format_duration(time.perf_counter() - started)} elapsed"
+            )
         if args.save:
             checkpoint()
         common.restart_clocks(opt, speed)
@@ -263,8 +315,16 @@ def train(ctx: Context, args: argparse.Namespace, preset: str, cfg: CNNConfig) -
     elapsed = time.perf_counter() - started
     result = evaluate(ctx, model, task, args.eval_batch_size)
     history["test"].append((sampler.epoch + (sampler.position > 0), result["accuracy"]))
-    result.update(preset=preset, steps=step, history=history, seconds=elapsed, images_per_s=speed.overall(),
-                  ranks=ctx.size, multilabel=task.multilabel, params=common.snapshot(model))
+    result.update(
+        preset=preset,
+        steps=step,
+        history=history,
+        seconds=elapsed,
+        images_per_s=speed.overall(),
+        ranks=ctx.size,
+        multilabel=task.multilabel,
+        params=common.snapshot(model),
+    )
     common.print_footer(ctx, opt, args, f"test {describe(task, result)}", step, elapsed, speed)
     return result
 

@@ -72,8 +72,11 @@ def add_common_arguments(parser: argparse.ArgumentParser, modes: Sequence[str] =
     the values of ``--parallel`` the program supports; "data" is handled here, others by the program)."""
     run = parser.add_argument_group("run")
     run.add_argument("--epochs", type=positive_int, help="epochs to train (default: the preset's)")
-    run.add_argument("--max-steps", type=positive_int,
-                     help="stop after this many optimizer steps in all (counting those before a --resume)")
+    run.add_argument(
+        "--max-steps",
+        type=positive_int,
+        help="stop after this many optimizer steps in all (counting those before a --resume)",
+    )
     run.add_argument("--lr", type=positive_float, help="learning rate (default: the preset's)")
     run.add_argument("--batch-size", type=positive_int, help="examples (LM: streams) per rank per step")
     run.add_argument("--seed", type=int, default=0, help="seed of initialization, dropout and shuffling (default 0)")
@@ -84,14 +87,26 @@ def add_common_arguments(parser: argparse.ArgumentParser, modes: Sequence[str] =
     run.add_argument("--quick", action="store_true", help="tiny data and model: finishes in seconds (tests)")
 
     par = parser.add_argument_group("parallelism (run under mpiexec -n P)")
-    par.add_argument("--parallel", choices=tuple(modes), default="none",
-                     help="; ".join(PARALLEL_HELP[m] for m in modes if m in PARALLEL_HELP))
+    par.add_argument(
+        "--parallel",
+        choices=tuple(modes),
+        default="none",
+        help="; ".join(PARALLEL_HELP[m] for m in modes if m in PARALLEL_HELP),
+    )
     par.add_argument("--allreduce", choices=dist.ALGORITHMS, default="ring", help="allreduce algorithm (default ring)")
-    par.add_argument("--fusion-mb", type=float, default=64.0,
-                     help="tensor fusion: gradient MiB packed per allreduce (0: one per parameter)")
+    par.add_argument(
+        "--fusion-mb",
+        type=float,
+        default=64.0,
+        help="tensor fusion: gradient MiB packed per allreduce (0: one per parameter)",
+    )
     par.add_argument("--compression", choices=("none", "fp16"), default="none", help="gradients on the wire")
-    par.add_argument("--baseline-wps", type=positive_float, metavar="X",
-                     help="throughput of one rank alone (words/s or images/s): prints the scaling efficiency")
+    par.add_argument(
+        "--baseline-wps",
+        type=positive_float,
+        metavar="X",
+        help="throughput of one rank alone (words/s or images/s): prints the scaling efficiency",
+    )
 
 
 def apply_overrides(config: Any, args: argparse.Namespace, mapping: dict[str, str]) -> Any:
@@ -182,8 +197,12 @@ def wrap_optimizer(ctx: Context, opt: Optimizer, args: argparse.Namespace) -> Op
     if not ctx.parallel:
         return opt
     return dist.DistributedOptimizer(
-        opt, allreduce=args.allreduce, fusion_bytes=int(args.fusion_mb * 2**20),
-        compression=None if args.compression == "none" else args.compression, comm=ctx.comm)
+        opt,
+        allreduce=args.allreduce,
+        fusion_bytes=int(args.fusion_mb * 2**20),
+        compression=None if args.compression == "none" else args.compression,
+        comm=ctx.comm,
+    )
 
 
 def synchronize(opt: Optimizer) -> None:
@@ -197,8 +216,9 @@ def set_lr(opt: Optimizer, lr: float) -> None:
         group["lr"] = lr
 
 
-def run_program(args: argparse.Namespace, train: Callable[..., dict[str, Any]], presets: dict[str, Any],
-                overrides: dict[str, str]) -> dict[str, Any]:
+def run_program(
+    args: argparse.Namespace, train: Callable[..., dict[str, Any]], presets: dict[str, Any], overrides: dict[str, str]
+) -> dict[str, Any]:
     """Set up (seed, dtype, ranks), pick the preset (``demo``, or ``quick`` with --quick), apply the flags that
     override its fields, and call ``train(ctx, args, preset_name, config)``. In a parallel run an exception
     on any rank prints with its rank and aborts the job (``dist.run``) instead of leaving the others waiting."""
@@ -215,8 +235,15 @@ def snapshot(model: Module) -> dict[str, np.ndarray]:
     return {k: np.array(v, copy=True) for k, v in model.state_dict().items()}
 
 
-def save_checkpoint(ctx: Context, path: str, model: Module, opt: Optimizer, state: dict[str, Any],
-                    rank_state: dict[str, Any], scheduler: Any = None) -> None:
+def save_checkpoint(
+    ctx: Context,
+    path: str,
+    model: Module,
+    opt: Optimizer,
+    state: dict[str, Any],
+    rank_state: dict[str, Any],
+    scheduler: Any = None,
+) -> None:
     """Rank 0 writes model, optimizer and ``state``; every rank's ``rank_state`` (its RNG, its LSTM
     state) is gathered beside them. The library's RNG state is added to ``rank_state`` here."""
     rank_state = {**rank_state, "rng": dist.rng_state(minidl.default_generator())}
@@ -224,14 +251,17 @@ def save_checkpoint(ctx: Context, path: str, model: Module, opt: Optimizer, stat
     dist.save_checkpoint(path, model, inner, scheduler, state=state, rank_state=rank_state, comm=ctx.comm)
 
 
-def load_checkpoint(ctx: Context, path: str, model: Module, opt: Optimizer, scheduler: Any = None,
-                    preset: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+def load_checkpoint(
+    ctx: Context, path: str, model: Module, opt: Optimizer, scheduler: Any = None, preset: str | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """Restore what ``save_checkpoint`` wrote; returns (shared state, this rank's state), RNG already restored."""
     inner = opt.optimizer if isinstance(opt, dist.DistributedOptimizer) else opt
     state, mine = dist.load_checkpoint(path, model, inner, scheduler, comm=ctx.comm)
     if preset is not None and state.get("preset", preset) != preset:
-        raise ValueError(f"--resume {path}: the checkpoint was written with --preset {state['preset']}, "
-                         f"this run has --preset {preset}")
+        raise ValueError(
+            f"--resume {path}: the checkpoint was written with --preset {state['preset']}, "
+            f"this run has --preset {preset}"
+        )
     if "rng" in mine:
         dist.set_rng_state(minidl.default_generator(), mine["rng"])
     return state, mine
@@ -276,7 +306,7 @@ class Throughput:
         return self.size * (self.total_items + self.items) / max(self.total_seconds + self.seconds, 1e-9)
 
     def format(self, per_rank: float) -> str:
-        """"G units/s (R/rank, efficiency E%)": global rate, per-rank rate, and per-rank / baseline."""
+        """ "G units/s (R/rank, efficiency E%)": global rate, per-rank rate, and per-rank / baseline."""
         text = f"{per_rank * self.size:,.0f} {self.unit}/s"
         if self.size > 1 or self.baseline:
             text += f" ({per_rank:,.0f}/rank"
@@ -325,8 +355,9 @@ def restart_clocks(opt: Optimizer, throughput: Throughput) -> None:
         opt.timings.restart()
 
 
-def print_footer(ctx: Context, opt: Optimizer, args: argparse.Namespace, score: str, steps: int, seconds: float,
-                 speed: Throughput) -> None:
+def print_footer(
+    ctx: Context, opt: Optimizer, args: argparse.Namespace, score: str, steps: int, seconds: float, speed: Throughput
+) -> None:
     """The final line (``score``, steps, time, throughput), then for a parallel run the mean compute / wait /
     communication split of a step, and where the checkpoint is."""
     ranks = f" on {ctx.size} ranks" if ctx.size > 1 else ""

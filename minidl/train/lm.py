@@ -45,34 +45,66 @@ from minidl.train.common import Context
 #   quick - seconds, for tests and the tutorials' --quick mode (on the 20k-word "quick" corpus).
 PRESETS: dict[str, LMConfig] = {
     **ZAREMBA_PRESETS,
-    "demo": LMConfig(hidden_size=200, num_layers=1, num_steps=20, batch_size=20, dropout=0.0, init_scale=0.1,
-                     lr=4.0, lr_decay=0.5, decay_after=2, epochs=4, max_grad_norm=5.0),
-    "quick": LMConfig(hidden_size=64, num_layers=1, num_steps=10, batch_size=10, dropout=0.0, init_scale=0.1,
-                      lr=5.0, lr_decay=0.5, decay_after=2, epochs=3, max_grad_norm=5.0),
+    "demo": LMConfig(
+        hidden_size=200,
+        num_layers=1,
+        num_steps=20,
+        batch_size=20,
+        dropout=0.0,
+        init_scale=0.1,
+        lr=4.0,
+        lr_decay=0.5,
+        decay_after=2,
+        epochs=4,
+        max_grad_norm=5.0,
+    ),
+    "quick": LMConfig(
+        hidden_size=64,
+        num_layers=1,
+        num_steps=10,
+        batch_size=10,
+        dropout=0.0,
+        init_scale=0.1,
+        lr=5.0,
+        lr_decay=0.5,
+        decay_after=2,
+        epochs=3,
+        max_grad_norm=5.0,
+    ),
 }
 # Which generated corpus (minidl.data.corpus_gen.CONFIGS) a preset trains on when no --data/--text is given.
 GENERATED_CORPUS = {"quick": "quick"}
 
-OVERRIDES = {"epochs": "epochs", "lr": "lr", "batch_size": "batch_size", "num_steps": "num_steps",
-             "hidden_size": "hidden_size", "layers": "num_layers", "dropout": "dropout"}
+OVERRIDES = {
+    "epochs": "epochs",
+    "lr": "lr",
+    "batch_size": "batch_size",
+    "num_steps": "num_steps",
+    "hidden_size": "hidden_size",
+    "layers": "num_layers",
+    "dropout": "dropout",
+}
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     parser = parser or argparse.ArgumentParser(prog="python -m minidl.train lm", description=__doc__.split("\n")[0])
-    parser.add_argument("--preset", choices=sorted(PRESETS), default=None,
-                        help="model and schedule (default: demo; quick with --quick)")
+    parser.add_argument(
+        "--preset", choices=sorted(PRESETS), default=None, help="model and schedule (default: demo; quick with --quick)"
+    )
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--data", metavar="DIR", help="a directory with ptb.train.txt, ptb.valid.txt, ptb.test.txt")
     source.add_argument("--text", metavar="FILE", help="any UTF-8 text file (split 80/10/10 by position)")
-    parser.add_argument("--corpus", choices=("quick", "default", "large"),
-                        help="size of the generated corpus (default: the preset's)")
+    parser.add_argument(
+        "--corpus", choices=("quick", "default", "large"), help="size of the generated corpus (default: the preset's)"
+    )
     model = parser.add_argument_group("model and schedule (override the preset)")
     model.add_argument("--num-steps", type=common.positive_int, help="BPTT window T (words)")
     model.add_argument("--hidden-size", type=common.positive_int)
     model.add_argument("--layers", type=common.positive_int)
     model.add_argument("--dropout", type=float)
-    model.add_argument("--eval-batch-size", type=common.positive_int, default=10,
-                       help="streams per rank when evaluating (default 10)")
+    model.add_argument(
+        "--eval-batch-size", type=common.positive_int, default=10, help="streams per rank when evaluating (default 10)"
+    )
     common.add_common_arguments(parser, modes=("none", "data", "model", "tensor", "pipeline", "ps", "local-sgd"))
     # (these modules import this one, hence the late imports)
     from minidl.train.pipeline import add_arguments as add_pipeline_arguments
@@ -93,20 +125,24 @@ def load_corpus(args: argparse.Namespace, preset: str) -> Corpus:
 
 def progress_line(epoch: int, window: int, steps_per_epoch: int, lr: float, mean_loss: float) -> str:
     """The start of a training progress line: where we are, the learning rate, loss and perplexity."""
-    return (f"epoch {epoch} step {window}/{steps_per_epoch} | lr {lr:.3g} | loss {mean_loss:.3f} | "
-            f"ppl {np.exp(mean_loss):.2f}")
+    return (
+        f"epoch {epoch} step {window}/{steps_per_epoch} | lr {lr:.3g} | loss {mean_loss:.3f} | "
+        f"ppl {np.exp(mean_loss):.2f}"
+    )
 
 
 def score_line(result: dict[str, Any], corpus: Corpus) -> str:
-    """"test perplexity X | corpus optimum Y (gap Z%) | unigram U", adding optimal_ppl, unigram_ppl and gap to
+    """ "test perplexity X | corpus optimum Y (gap Z%) | unigram U", adding optimal_ppl, unigram_ppl and gap to
     ``result`` when the corpus was generated (its true model is known); every --parallel mode reports this way."""
     line = f"test perplexity {result['test_ppl']:.2f}"
     if corpus.model is not None:
         result["optimal_ppl"] = corpus.optimal_perplexity("test")
         result["unigram_ppl"] = corpus.unigram_perplexity("test")
         result["gap"] = result["test_ppl"] / result["optimal_ppl"] - 1.0
-        line += (f" | corpus optimum {result['optimal_ppl']:.2f} (gap {100 * result['gap']:+.1f}%)"
-                 f" | unigram {result['unigram_ppl']:.1f}")
+        line += (
+            f" | corpus optimum {result['optimal_ppl']:.2f} (gap {100 * result['gap']:+.1f}%)"
+            f" | unigram {result['unigram_ppl']:.1f}"
+        )
     return line
 
 
@@ -141,11 +177,14 @@ def train(ctx: Context, args: argparse.Namespace, preset: str, cfg: LMConfig) ->
     train_data = batchify(corpus.train, B, ctx.rank, ctx.size)  # [time, B]: this rank's streams
     steps_per_epoch = num_bptt_batches(train_data.shape[0], T)
     if steps_per_epoch == 0:
-        raise ValueError(f"the training split ({corpus.train.size} words) is too short for {ctx.size * B} streams "
-                         f"of windows of {T} words")
+        raise ValueError(
+            f"the training split ({corpus.train.size} words) is too short for {ctx.size * B} streams "
+            f"of windows of {T} words"
+        )
 
-    model = LSTMLanguageModel(len(corpus.vocab), cfg.hidden_size, cfg.num_layers, cfg.dropout,
-                              init_scale=cfg.init_scale)
+    model = LSTMLanguageModel(
+        len(corpus.vocab), cfg.hidden_size, cfg.num_layers, cfg.dropout, init_scale=cfg.init_scale
+    )
     common.start_replicas(ctx, model, args.seed)
     params = list(model.parameters())
     opt = common.wrap_optimizer(ctx, optim.SGD(params, lr=cfg.lr), args)
@@ -159,13 +198,18 @@ def train(ctx: Context, args: argparse.Namespace, preset: str, cfg: LMConfig) ->
             state = (minidl.tensor(mine["h"].astype(params[0].dtype)), minidl.tensor(mine["c"].astype(params[0].dtype)))
     max_steps = args.max_steps or cfg.epochs * steps_per_epoch
     n_params = sum(p.data.size for p in params)
-    common.print_header(ctx, f"LSTM language model, preset {preset!r}: {cfg.num_layers} x {cfg.hidden_size} LSTM, "
-                             f"{n_params:,} parameters ({args.dtype})", [
-        f"corpus {corpus.name}: vocabulary {len(corpus.vocab):,}, train {corpus.train.size:,} words",
-        f"B={B} streams/rank x T={T} steps, {steps_per_epoch} steps/epoch; SGD lr {cfg.lr} (x{cfg.lr_decay:.3g} "
-        f"per epoch after {cfg.decay_after}), clip {cfg.max_grad_norm}, dropout {cfg.dropout}, {cfg.epochs} epochs"
-        + (f", at most {max_steps} steps" if args.max_steps else ""),
-    ] + ([f"resumed from {args.resume}: epoch {epoch}, step {step}"] if args.resume else []))
+    common.print_header(
+        ctx,
+        f"LSTM language model, preset {preset!r}: {cfg.num_layers} x {cfg.hidden_size} LSTM, "
+        f"{n_params:,} parameters ({args.dtype})",
+        [
+            f"corpus {corpus.name}: vocabulary {len(corpus.vocab):,}, train {corpus.train.size:,} words",
+            f"B={B} streams/rank x T={T} steps, {steps_per_epoch} steps/epoch; SGD lr {cfg.lr} (x{cfg.lr_decay:.3g} "
+            f"per epoch after {cfg.decay_after}), clip {cfg.max_grad_norm}, dropout {cfg.dropout}, {cfg.epochs} epochs"
+            + (f", at most {max_steps} steps" if args.max_steps else ""),
+        ]
+        + ([f"resumed from {args.resume}: epoch {epoch}, step {step}"] if args.resume else []),
+    )
 
     log_every = args.log_every or max(1, steps_per_epoch // 10)
     speed = common.Throughput("words", ctx.size, args.baseline_wps)
@@ -181,8 +225,9 @@ def train(ctx: Context, args: argparse.Namespace, preset: str, cfg: LMConfig) ->
         nonlocal saved_at
         saved_at = step
         rank_state = {"h": state[0].data, "c": state[1].data}
-        common.save_checkpoint(ctx, args.save, model, opt, {"epoch": epoch, "window": window, "step": step,
-                                                             "preset": preset}, rank_state)
+        common.save_checkpoint(
+            ctx, args.save, model, opt, {"epoch": epoch, "window": window, "step": step, "preset": preset}, rank_state
+        )
 
     while epoch <= cfg.epochs and step < max_steps:
         common.set_lr(opt, cfg.lr_at(epoch))
@@ -204,8 +249,10 @@ def train(ctx: Context, args: argparse.Namespace, preset: str, cfg: LMConfig) ->
             if step % log_every == 0 or step == max_steps:
                 rate = speed.take()
                 total, words = ctx.sum([loss_sum, loss_words])
-                ctx.log(progress_line(epoch, window, steps_per_epoch, cfg.lr_at(epoch), total / words)
-                        + f" | {rate}{split.take()}")
+                ctx.log(
+                    progress_line(epoch, window, steps_per_epoch, cfg.lr_at(epoch), total / words)
+                    + f" | {rate}{split.take()}"
+                )
                 history["train"].append((step, float(np.exp(total / words))))
                 loss_sum, loss_words = 0.0, 0
             if step >= max_steps:
@@ -227,9 +274,18 @@ def train(ctx: Context, args: argparse.Namespace, preset: str, cfg: LMConfig) ->
         checkpoint()
     elapsed = time.perf_counter() - started
     test_loss = evaluate(ctx, model, corpus.test, args.eval_batch_size, T)
-    result: dict[str, Any] = {"preset": preset, "steps": step, "epoch": epoch, "test_ppl": float(np.exp(test_loss)),
-                              "valid_ppl": valid_ppl, "seconds": elapsed, "words_per_s": speed.overall(),
-                              "ranks": ctx.size, "history": history, "params": common.snapshot(model)}
+    result: dict[str, Any] = {
+        "preset": preset,
+        "steps": step,
+        "epoch": epoch,
+        "test_ppl": float(np.exp(test_loss)),
+        "valid_ppl": valid_ppl,
+        "seconds": elapsed,
+        "words_per_s": speed.overall(),
+        "ranks": ctx.size,
+        "history": history,
+        "params": common.snapshot(model),
+    }
     line = score_line(result, corpus)
     common.print_footer(ctx, opt, args, line, step, elapsed, speed)
     return result

@@ -59,12 +59,20 @@ MODES = ("model", "tensor")
 def _check_flags(args: argparse.Namespace, program: str) -> None:
     if args.parallel not in MODES:
         raise ValueError(f"minidl.train.model_parallel runs --parallel model|tensor, not {args.parallel!r}")
-    unsupported = [flag for flag, on in (("--resume", args.resume),
-                                         ("--compression", getattr(args, "compression", "none") != "none"),
-                                         ("--sync-bn", getattr(args, "sync_bn", False))) if on]
+    unsupported = [
+        flag
+        for flag, on in (
+            ("--resume", args.resume),
+            ("--compression", getattr(args, "compression", "none") != "none"),
+            ("--sync-bn", getattr(args, "sync_bn", False)),
+        )
+        if on
+    ]
     if unsupported:
-        raise SystemExit(f"python -m minidl.train {program} --parallel {args.parallel}: {', '.join(unsupported)} "
-                         "not supported in this mode (use --parallel data or none)")
+        raise SystemExit(
+            f"python -m minidl.train {program} --parallel {args.parallel}: {', '.join(unsupported)} "
+            "not supported in this mode (use --parallel data or none)"
+        )
 
 
 def _algorithm(ctx: Context) -> str:
@@ -107,8 +115,11 @@ def _save(ctx: Context, args: argparse.Namespace, params: dict[str, np.ndarray] 
 
 
 def _report_traffic(ctx: Context, per_rank: np.ndarray) -> None:
-    ctx.log("bytes sent per step: " + ", ".join(f"rank {r} {b / 1024:,.1f} KiB" for r, b in enumerate(per_rank))
-            + f" | total {per_rank.sum() / 1024:,.1f} KiB")
+    ctx.log(
+        "bytes sent per step: "
+        + ", ".join(f"rank {r} {b / 1024:,.1f} KiB" for r, b in enumerate(per_rank))
+        + f" | total {per_rank.sum() / 1024:,.1f} KiB"
+    )
 
 
 # ----------------------------------------------------------------------------- the language model
@@ -169,8 +180,9 @@ def train_lm(ctx: Context, args: argparse.Namespace, preset: str, cfg: Any) -> d
     steps_per_epoch = num_bptt_batches(train_data.shape[0], T)
     if steps_per_epoch == 0:
         raise ValueError(f"the training split ({corpus.train.size} words) is too short for {B} streams of {T} words")
-    model = LSTMLanguageModel(len(corpus.vocab), cfg.hidden_size, cfg.num_layers, cfg.dropout,
-                              init_scale=cfg.init_scale)
+    model = LSTMLanguageModel(
+        len(corpus.vocab), cfg.hidden_size, cfg.num_layers, cfg.dropout, init_scale=cfg.init_scale
+    )
     n_params = sum(p.data.size for p in model.parameters())
     split = _LMSplit(args.parallel, model, counting, algorithm)
     del model  # each rank keeps its own part only
@@ -178,15 +190,19 @@ def train_lm(ctx: Context, args: argparse.Namespace, preset: str, cfg: Any) -> d
     opt = optim.SGD(own + replicated, lr=cfg.lr)
     max_steps = args.max_steps or cfg.epochs * steps_per_epoch
     held = sum(p.data.size for p in own + replicated)
-    common.print_header(ctx, f"LSTM language model, preset {preset!r}: {cfg.num_layers} x {cfg.hidden_size} LSTM, "
-                             f"{n_params:,} parameters ({args.dtype})", [
-        f"corpus {corpus.name}: vocabulary {len(corpus.vocab):,}, train {corpus.train.size:,} words",
-        f"B={B} streams x T={T} steps (the whole batch on every rank), {steps_per_epoch} steps/epoch; SGD lr "
-        f"{cfg.lr}, clip {cfg.max_grad_norm}, {cfg.epochs} epochs" + (f", at most {max_steps} steps"
-                                                                       if args.max_steps else ""),
-        f"{args.parallel} parallel over {ctx.size} ranks: rank 0 holds {held:,} parameters "
-        f"({'allreduce ' + algorithm if args.parallel == 'tensor' else repr(split.net).splitlines()[0]})",
-    ])
+    common.print_header(
+        ctx,
+        f"LSTM language model, preset {preset!r}: {cfg.num_layers} x {cfg.hidden_size} LSTM, "
+        f"{n_params:,} parameters ({args.dtype})",
+        [
+            f"corpus {corpus.name}: vocabulary {len(corpus.vocab):,}, train {corpus.train.size:,} words",
+            f"B={B} streams x T={T} steps (the whole batch on every rank), {steps_per_epoch} steps/epoch; SGD lr "
+            f"{cfg.lr}, clip {cfg.max_grad_norm}, {cfg.epochs} epochs"
+            + (f", at most {max_steps} steps" if args.max_steps else ""),
+            f"{args.parallel} parallel over {ctx.size} ranks: rank 0 holds {held:,} parameters "
+            f"({'allreduce ' + algorithm if args.parallel == 'tensor' else repr(split.net).splitlines()[0]})",
+        ],
+    )
     log_every = args.log_every or max(1, steps_per_epoch // 10)
     speed, traffic = common.Throughput("words", 1, args.baseline_wps), Traffic(counting)
     loss_sum, loss_words, step, epoch = 0.0, 0, 0, 1
@@ -209,8 +225,10 @@ def train_lm(ctx: Context, args: argparse.Namespace, preset: str, cfg: Any) -> d
             if step % log_every == 0 or step == max_steps:
                 rate, sent = speed.take(), traffic.take()
                 total, words = ctx.sum([loss_sum, loss_words])
-                ctx.log(lm.progress_line(epoch, window, steps_per_epoch, cfg.lr_at(epoch), total / words)
-                        + f" | {rate}{sent}")
+                ctx.log(
+                    lm.progress_line(epoch, window, steps_per_epoch, cfg.lr_at(epoch), total / words)
+                    + f" | {rate}{sent}"
+                )
                 history["train"].append((step, float(np.exp(total / words))))
                 loss_sum, loss_words = 0.0, 0
             if step >= max_steps:
@@ -220,23 +238,37 @@ def train_lm(ctx: Context, args: argparse.Namespace, preset: str, cfg: Any) -> d
         speed.pause()
         valid_ppl = float(np.exp(_lm_evaluate(ctx, split, corpus.valid, args.eval_batch_size, T)))
         history["valid"].append((epoch, valid_ppl))
-        ctx.log(f"epoch {epoch} done | valid ppl {valid_ppl:.2f} | "
-                f"{common.format_duration(time.perf_counter() - started)} elapsed")
+        ctx.log(
+            f"epoch {epoch} done | valid ppl {valid_ppl:.2f} | "
+            f"{common.format_duration(time.perf_counter() - started)} elapsed"
+        )
         epoch += 1
         speed.resume()
     speed.pause()
     elapsed = time.perf_counter() - started
     per_rank = traffic.per_rank(ctx)
     test_ppl = float(np.exp(_lm_evaluate(ctx, split, corpus.test, args.eval_batch_size, T)))
-    params = (mp.gather_state_dict(split.net, comm=ctx.comm) if args.parallel == "model"
-              else split.net.dense_state_dict())
-    result: dict[str, Any] = {"preset": preset, "parallel": args.parallel, "steps": step, "test_ppl": test_ppl,
-                              "valid_ppl": valid_ppl, "seconds": elapsed, "words_per_s": speed.overall(),
-                              "ranks": ctx.size, "history": history, "bytes_per_step": per_rank,
-                              "params": params if ctx.rank == 0 else None}
-    ctx.log(f"{lm.score_line(result, corpus)} | {step} steps in {common.format_duration(elapsed)}, "
-            f"{result['words_per_s']:,.0f} words/s "
-            f"on {ctx.size} ranks ({args.parallel} parallel)")
+    params = (
+        mp.gather_state_dict(split.net, comm=ctx.comm) if args.parallel == "model" else split.net.dense_state_dict()
+    )
+    result: dict[str, Any] = {
+        "preset": preset,
+        "parallel": args.parallel,
+        "steps": step,
+        "test_ppl": test_ppl,
+        "valid_ppl": valid_ppl,
+        "seconds": elapsed,
+        "words_per_s": speed.overall(),
+        "ranks": ctx.size,
+        "history": history,
+        "bytes_per_step": per_rank,
+        "params": params if ctx.rank == 0 else None,
+    }
+    ctx.log(
+        f"{lm.score_line(result, corpus)} | {step} steps in {common.format_duration(elapsed)}, "
+        f"{result['words_per_s']:,.0f} words/s "
+        f"on {ctx.size} ranks ({args.parallel} parallel)"
+    )
     _report_traffic(ctx, per_rank)
     _save(ctx, args, params, step)
     return result
@@ -302,7 +334,7 @@ def _cnn_evaluate(ctx: Context, split: _CNNSplit, task: Any, batch_size: int) ->
     exact, loss = 0.0, 0.0
     with minidl.no_grad():
         for start in range(0, n, batch_size):
-            x, y = task.x_test[start:start + batch_size], task.y_test[start:start + batch_size]
+            x, y = task.x_test[start : start + batch_size], task.y_test[start : start + batch_size]
             out = split.forward(x)
             if split.reports:
                 loss += float(cnn.loss_fn(task, out, y).data) * len(x)
@@ -311,9 +343,13 @@ def _cnn_evaluate(ctx: Context, split: _CNNSplit, task: Any, batch_size: int) ->
                 exact += ok.all(axis=1).sum()
     split.net.train()
     totals = ctx.sum([*right, exact, loss])
-    per_label = totals[:right.size] / n
-    return {"accuracy": float(per_label.mean()), "per_label": per_label, "exact": float(totals[right.size] / n),
-            "loss": float(totals[-1] / n)}
+    per_label = totals[: right.size] / n
+    return {
+        "accuracy": float(per_label.mean()),
+        "per_label": per_label,
+        "exact": float(totals[right.size] / n),
+        "loss": float(totals[-1] / n),
+    }
 
 
 def train_cnn(ctx: Context, args: argparse.Namespace, preset: str, cfg: Any) -> dict[str, Any]:
@@ -336,16 +372,22 @@ def train_cnn(ctx: Context, args: argparse.Namespace, preset: str, cfg: Any) -> 
     warmup = max(1, min(int(cfg.warmup_epochs * steps_per_epoch), schedule_steps - 1))
     schedule = optim.lr_scheduler.warmup_cosine(opt, warmup, max(schedule_steps, warmup + 1))
     sampler.set_epoch(0)
-    where = (f"rank 0 holds units {split.names[split.net.layer_range.start]}..{split.names[split.net.layer_range[-1]]}"
-             if args.parallel == "model" else f"fc split by class, allreduce {algorithm}")
-    common.print_header(ctx, f"ResNet-{cfg.depth} (width {cfg.width}), preset {preset!r}: {n_params:,} parameters "
-                             f"({args.dtype})", [
-        f"data: {task.name}: train {task.x_train.shape}, {task.num_outputs} outputs",
-        f"batch {cfg.batch_size} (the whole batch on every rank), {steps_per_epoch} steps/epoch, {cfg.epochs} "
-        f"epochs; SGD lr {cfg.lr} momentum {cfg.momentum} wd {cfg.weight_decay}, warmup {warmup} then cosine",
-        f"{args.parallel} parallel over {ctx.size} ranks: {where}; rank 0 holds {sum(p.data.size for p in params):,} "
-        "parameters",
-    ])
+    where = (
+        f"rank 0 holds units {split.names[split.net.layer_range.start]}..{split.names[split.net.layer_range[-1]]}"
+        if args.parallel == "model"
+        else f"fc split by class, allreduce {algorithm}"
+    )
+    common.print_header(
+        ctx,
+        f"ResNet-{cfg.depth} (width {cfg.width}), preset {preset!r}: {n_params:,} parameters ({args.dtype})",
+        [
+            f"data: {task.name}: train {task.x_train.shape}, {task.num_outputs} outputs",
+            f"batch {cfg.batch_size} (the whole batch on every rank), {steps_per_epoch} steps/epoch, {cfg.epochs} "
+            f"epochs; SGD lr {cfg.lr} momentum {cfg.momentum} wd {cfg.weight_decay}, warmup {warmup} then cosine",
+            f"{args.parallel} parallel over {ctx.size} ranks: {where}; rank 0 holds {sum(p.data.size for p in params):,} "
+            "parameters",
+        ],
+    )
     log_every = args.log_every or max(1, steps_per_epoch // 5)
     speed, traffic = common.Throughput("images", 1, args.baseline_wps), Traffic(counting)
     step, loss_sum, seen = 0, 0.0, 0
@@ -369,8 +411,10 @@ def train_cnn(ctx: Context, args: argparse.Namespace, preset: str, cfg: Any) -> 
             if step % log_every == 0 or step == total_steps:
                 rate, sent = speed.take(), traffic.take()
                 tot_loss, tot_seen = ctx.sum([loss_sum, seen])
-                ctx.log(f"epoch {epoch + 1} step {sampler.position}/{steps_per_epoch} | lr "
-                        f"{opt.param_groups[0]['lr']:.3g} | loss {tot_loss / tot_seen:.4f} | {rate}{sent}")
+                ctx.log(
+                    f"epoch {epoch + 1} step {sampler.position}/{steps_per_epoch} | lr "
+                    f"{opt.param_groups[0]['lr']:.3g} | loss {tot_loss / tot_seen:.4f} | {rate}{sent}"
+                )
                 history["train"].append((step, float(tot_loss / tot_seen)))
                 loss_sum, seen = 0.0, 0
             if step >= total_steps:
@@ -383,11 +427,21 @@ def train_cnn(ctx: Context, args: argparse.Namespace, preset: str, cfg: Any) -> 
     per_rank = traffic.per_rank(ctx)
     result = _cnn_evaluate(ctx, split, task, args.eval_batch_size)
     params_state = split.dense_state(ctx.comm)
-    result.update(preset=preset, parallel=args.parallel, steps=step, history=history, seconds=elapsed,
-                  images_per_s=speed.overall(), ranks=ctx.size, bytes_per_step=per_rank,
-                  params=params_state if ctx.rank == 0 else None)
-    ctx.log(f"test {cnn.describe(task, result)} | {step} steps in {common.format_duration(elapsed)} on {ctx.size} "
-            f"ranks ({args.parallel} parallel), {result['images_per_s']:,.0f} images/s")
+    result.update(
+        preset=preset,
+        parallel=args.parallel,
+        steps=step,
+        history=history,
+        seconds=elapsed,
+        images_per_s=speed.overall(),
+        ranks=ctx.size,
+        bytes_per_step=per_rank,
+        params=params_state if ctx.rank == 0 else None,
+    )
+    ctx.log(
+        f"test {cnn.describe(task, result)} | {step} steps in {common.format_duration(elapsed)} on {ctx.size} "
+        f"ranks ({args.parallel} parallel), {result['images_per_s']:,.0f} images/s"
+    )
     _report_traffic(ctx, per_rank)
     _save(ctx, args, params_state, step)
     return result

@@ -48,10 +48,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of ``--parallel pipeline``."""
     group = parser.add_argument_group("pipeline parallelism (--parallel pipeline, under mpiexec -n P)")
     group.add_argument("--schedule", choices=SCHEDULES, default="1f1b", help="pipeline schedule (default 1f1b)")
-    group.add_argument("--micro-batches", type=int, default=4, metavar="M",
-                       help="micro-batches per window (default 4; at most the streams per rank)")
-    group.add_argument("--pipeline-stages", type=int, default=None, metavar="PP",
-                       help="stages per pipeline (default: all ranks); the ranks form P/PP data-parallel pipelines")
+    group.add_argument(
+        "--micro-batches",
+        type=int,
+        default=4,
+        metavar="M",
+        help="micro-batches per window (default 4; at most the streams per rank)",
+    )
+    group.add_argument(
+        "--pipeline-stages",
+        type=int,
+        default=None,
+        metavar="PP",
+        help="stages per pipeline (default: all ranks); the ranks form P/PP data-parallel pipelines",
+    )
 
 
 class LMPipelineStage(Module):
@@ -111,8 +121,10 @@ def run_lm(args: argparse.Namespace, ctx: Any, cfg: Any, corpus: Any, preset: st
     grid = make_grid(comm, pp)
     L = cfg.num_layers
     if pp > L + 2:
-        raise ValueError(f"--parallel pipeline: {pp} stages but the model has only {L + 2} units "
-                         f"(embedding, {L} LSTM layers, decoder); use --layers {pp - 2} or more, or fewer stages")
+        raise ValueError(
+            f"--parallel pipeline: {pp} stages but the model has only {L + 2} units "
+            f"(embedding, {L} LSTM layers, decoder); use --layers {pp - 2} or more, or fewer stages"
+        )
     B, T = cfg.batch_size, cfg.num_steps
     if m < 1 or m > B:
         raise ValueError(f"--micro-batches must be between 1 and the streams per pipeline (--batch-size {B}), got {m}")
@@ -126,10 +138,14 @@ def run_lm(args: argparse.Namespace, ctx: Any, cfg: Any, corpus: Any, preset: st
     train_data = batchify(corpus.train, B, grid.replica, grid.dp)
     steps_per_epoch = num_bptt_batches(train_data.shape[0], T)
     max_steps = args.max_steps or cfg.epochs * steps_per_epoch
-    ctx.log(f"LSTM language model, preset {preset!r}, pipelined: {pp} stages x {grid.dp} data-parallel, "
-            f"schedule {args.schedule}, {m} micro-batches of the {B} streams per pipeline")
-    ctx.log(f"  corpus {corpus.name}: vocabulary {len(corpus.vocab):,}; T={T}, {steps_per_epoch} steps/epoch, "
-            f"at most {max_steps} steps; stage {grid.stage} of rank {comm.Get_rank()}: {stage.extra_repr() or ''}")
+    ctx.log(
+        f"LSTM language model, preset {preset!r}, pipelined: {pp} stages x {grid.dp} data-parallel, "
+        f"schedule {args.schedule}, {m} micro-batches of the {B} streams per pipeline"
+    )
+    ctx.log(
+        f"  corpus {corpus.name}: vocabulary {len(corpus.vocab):,}; T={T}, {steps_per_epoch} steps/epoch, "
+        f"at most {max_steps} steps; stage {grid.stage} of rank {comm.Get_rank()}: {stage.extra_repr() or ''}"
+    )
 
     def total(values: list[float]) -> np.ndarray:
         """Sums over all ranks (only last stages contribute losses)."""
@@ -185,14 +201,23 @@ def run_lm(args: argparse.Namespace, ctx: Any, cfg: Any, corpus: Any, preset: st
     events = pipe.gather_events()
     peaks = dist.gather_states(np.array([pipe.peak_stashed]), 0, grid.pp_comm)
     test_ppl = float(np.exp(evaluate(corpus.test)))
-    result: dict[str, Any] = {"preset": preset, "steps": step, "test_ppl": test_ppl, "seconds": elapsed,
-                              "words_per_s": grid.dp * B * T * step / elapsed, "history": history,
-                              "dp": grid.dp, "pp": pp}
+    result: dict[str, Any] = {
+        "preset": preset,
+        "steps": step,
+        "test_ppl": test_ppl,
+        "seconds": elapsed,
+        "words_per_s": grid.dp * B * T * step / elapsed,
+        "history": history,
+        "dp": grid.dp,
+        "pp": pp,
+    }
     if events is not None:
         result["bubble"], result["bubble_formula"] = bubble_fraction(events, pp), bubble_formula(m, pp)
         result["peak_stashed"] = [int(a[0]) for a in peaks]
-        ctx.log(f"last step: measured bubble {result['bubble']:.3f} vs (p-1)/(m+p-1) = {result['bubble_formula']:.3f}"
-                f" | micro-batches held per stage (peak): {result['peak_stashed']}")
+        ctx.log(
+            f"last step: measured bubble {result['bubble']:.3f} vs (p-1)/(m+p-1) = {result['bubble_formula']:.3f}"
+            f" | micro-batches held per stage (peak): {result['peak_stashed']}"
+        )
     ctx.log(f"{lm.score_line(result, corpus)} | {step} steps in {elapsed:.1f} s, {result['words_per_s']:,.0f} words/s")
     state = gather_state_dict(stage, 0, grid.pp_comm) if grid.replica == 0 else None
     if state is not None:

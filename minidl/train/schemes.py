@@ -50,24 +50,55 @@ MODES = ("ps", "local-sgd")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of ``--parallel ps`` and ``--parallel local-sgd``."""
     group = parser.add_argument_group("parameter server / local SGD (--parallel ps|local-sgd, under mpiexec -n P)")
-    group.add_argument("--servers", type=common.positive_int, default=1, metavar="S",
-                       help="ps: server ranks (0..S-1) holding the sharded parameters (default 1)")
-    group.add_argument("--async", dest="asynchronous", action="store_true",
-                       help="ps: apply each worker's gradient on arrival (Downpour) instead of averaging all")
-    group.add_argument("--fetch-every", type=common.positive_int, default=1, metavar="N",
-                       help="ps --async: workers pull fresh parameters every N steps (default 1)")
-    group.add_argument("--staleness-bound", type=int, default=None, metavar="s",
-                       help="ps --async: refuse gradients more than s updates old (the worker recomputes)")
-    group.add_argument("--average-every", type=common.positive_int, default=4, metavar="k",
-                       help="local-sgd: average the parameters every k steps (default 4)")
+    group.add_argument(
+        "--servers",
+        type=common.positive_int,
+        default=1,
+        metavar="S",
+        help="ps: server ranks (0..S-1) holding the sharded parameters (default 1)",
+    )
+    group.add_argument(
+        "--async",
+        dest="asynchronous",
+        action="store_true",
+        help="ps: apply each worker's gradient on arrival (Downpour) instead of averaging all",
+    )
+    group.add_argument(
+        "--fetch-every",
+        type=common.positive_int,
+        default=1,
+        metavar="N",
+        help="ps --async: workers pull fresh parameters every N steps (default 1)",
+    )
+    group.add_argument(
+        "--staleness-bound",
+        type=int,
+        default=None,
+        metavar="s",
+        help="ps --async: refuse gradients more than s updates old (the worker recomputes)",
+    )
+    group.add_argument(
+        "--average-every",
+        type=common.positive_int,
+        default=4,
+        metavar="k",
+        help="local-sgd: average the parameters every k steps (default 4)",
+    )
 
 
 def check_flags(args: argparse.Namespace) -> None:
     if args.parallel not in MODES:
         raise SystemExit(f"minidl.train.schemes trains --parallel ps|local-sgd, not {args.parallel!r}")
-    unsupported = [flag for flag, on in (("--resume", args.resume), ("--save", args.save),
-                                         ("--compression", args.compression != "none"),
-                                         ("--sync-bn", getattr(args, "sync_bn", False))) if on]
+    unsupported = [
+        flag
+        for flag, on in (
+            ("--resume", args.resume),
+            ("--save", args.save),
+            ("--compression", args.compression != "none"),
+            ("--sync-bn", getattr(args, "sync_bn", False)),
+        )
+        if on
+    ]
     if unsupported:
         raise SystemExit(f"--parallel {args.parallel}: {', '.join(unsupported)} not supported in this mode")
     if args.staleness_bound is not None and not args.asynchronous:
@@ -110,8 +141,12 @@ class Scheme:
         if self.ctx.rank == self.servers:
             print(f"[worker rank {self.ctx.rank}]", *parts, flush=True)
 
-    def serve(self, model: nn.Module, make_optimizer: Callable[[list], optim.Optimizer],
-              after_update: Callable[[optim.Optimizer, int], Any]) -> None:
+    def serve(
+        self,
+        model: nn.Module,
+        make_optimizer: Callable[[list], optim.Optimizer],
+        after_update: Callable[[optim.Optimizer, int], Any],
+    ) -> None:
         """A server rank: hold this shard and its optimizer until every worker is done."""
         holder: dict[str, optim.Optimizer] = {}
 
@@ -119,16 +154,28 @@ class Scheme:
             holder["opt"] = make_optimizer(params)
             return holder["opt"]
 
-        self.stats = dist.ParameterServer(model, build, self.counted, self.servers, self.args.asynchronous,
-                                          self.args.staleness_bound,
-                                          after_update=lambda version: after_update(holder["opt"], version)).serve()
+        self.stats = dist.ParameterServer(
+            model,
+            build,
+            self.counted,
+            self.servers,
+            self.args.asynchronous,
+            self.args.staleness_bound,
+            after_update=lambda version: after_update(holder["opt"], version),
+        ).serve()
 
     def optimizer(self, model: nn.Module, base: optim.Optimizer) -> Any:
         """A worker rank's optimizer: a ``PSWorker`` (pulls the servers' parameters now) or a ``LocalSGD``."""
         a = self.args
         if self.ps:
-            return dist.PSWorker(model, self.counted, self.servers, asynchronous=a.asynchronous,
-                                 fetch_every=a.fetch_every, staleness_bound=a.staleness_bound)
+            return dist.PSWorker(
+                model,
+                self.counted,
+                self.servers,
+                asynchronous=a.asynchronous,
+                fetch_every=a.fetch_every,
+                staleness_bound=a.staleness_bound,
+            )
         dist.broadcast_parameters(model, comm=self.ctx.comm)
         return dist.LocalSGD(base, a.average_every, comm=self.counted, allreduce=a.allreduce)
 
@@ -150,28 +197,48 @@ class Scheme:
         else:
             average_buffers(model, self.ctx.comm, self.args.allreduce)
         stats = self.stats
-        gathered = dist.gather_states({"staleness": np.asarray(stats.staleness, np.int64), "rejected": stats.rejected}
-                                      if stats is not None else {}, root=0, comm=self.ctx.comm)
-        out: dict[str, Any] = {"parallel": self.args.parallel, "seconds": elapsed, "ranks": self.ctx.size,
-                               "servers": self.servers, "bytes_per_step": (sent + received) / max(steps, 1)}
+        gathered = dist.gather_states(
+            {"staleness": np.asarray(stats.staleness, np.int64), "rejected": stats.rejected}
+            if stats is not None
+            else {},
+            root=0,
+            comm=self.ctx.comm,
+        )
+        out: dict[str, Any] = {
+            "parallel": self.args.parallel,
+            "seconds": elapsed,
+            "ranks": self.ctx.size,
+            "servers": self.servers,
+            "bytes_per_step": (sent + received) / max(steps, 1),
+        }
         staleness = [g["staleness"] for g in gathered or [] if g]
         if staleness:
             all_s = np.concatenate(staleness)
-            out.update(staleness=all_s, staleness_mean=float(all_s.mean()), staleness_max=int(all_s.max()),
-                       rejected=sum(int(g["rejected"]) for g in gathered if g))
+            out.update(
+                staleness=all_s,
+                staleness_mean=float(all_s.mean()),
+                staleness_max=int(all_s.max()),
+                rejected=sum(int(g["rejected"]) for g in gathered if g),
+            )
         return out
 
     def report(self, result: dict[str, Any]) -> None:
         """Rank 0: bytes per step of every rank and, for the parameter server, the staleness histogram."""
         S = self.servers
-        self.ctx.log("KiB sent + received per step: " + ", ".join(
-            f"rank {r}{' (server)' if r < S else ''} {b / 1024:,.1f}" for r, b in enumerate(result["bytes_per_step"])))
+        self.ctx.log(
+            "KiB sent + received per step: "
+            + ", ".join(
+                f"rank {r}{' (server)' if r < S else ''} {b / 1024:,.1f}"
+                for r, b in enumerate(result["bytes_per_step"])
+            )
+        )
         if "staleness" in result:
             s = result["staleness"]
             hist = " ".join(f"{k}:{n}" for k, n in enumerate(np.bincount(s)) if n)
             refused = f" | {result['rejected']} gradients refused as too stale" if result["rejected"] else ""
-            self.ctx.log(f"staleness over {s.size} updates: mean {s.mean():.2f}, max {s.max()} | histogram {hist}"
-                         + refused)
+            self.ctx.log(
+                f"staleness over {s.size} updates: mean {s.mean():.2f}, max {s.max()} | histogram {hist}" + refused
+            )
 
 
 def train_cnn(ctx: Context, args: argparse.Namespace, preset: str, cfg: cnn.CNNConfig) -> dict[str, Any]:
@@ -193,10 +260,15 @@ def train_cnn(ctx: Context, args: argparse.Namespace, preset: str, cfg: cnn.CNNC
     def schedule_of(opt: optim.Optimizer) -> Any:
         return optim.lr_scheduler.warmup_cosine(opt, warmup, max(updates, warmup + 1))
 
-    common.print_header(ctx, f"ResNet-{cfg.depth} (width {cfg.width}), preset {preset!r}, {scheme.describe()}", [
-        f"data: {task.name}: train {task.x_train.shape}, test {task.x_test.shape}",
-        f"batch {cfg.batch_size}/worker, {total} steps/worker; SGD lr {cfg.lr} momentum {cfg.momentum} wd "
-        f"{cfg.weight_decay}, warmup {warmup} updates then cosine"])
+    common.print_header(
+        ctx,
+        f"ResNet-{cfg.depth} (width {cfg.width}), preset {preset!r}, {scheme.describe()}",
+        [
+            f"data: {task.name}: train {task.x_train.shape}, test {task.x_test.shape}",
+            f"batch {cfg.batch_size}/worker, {total} steps/worker; SGD lr {cfg.lr} momentum {cfg.momentum} wd "
+            f"{cfg.weight_decay}, warmup {warmup} updates then cosine",
+        ],
+    )
     opt = None
     if scheme.is_server:
         schedules: list[Any] = []  # the server's schedule, on the optimizer of its shard
@@ -211,8 +283,9 @@ def train_cnn(ctx: Context, args: argparse.Namespace, preset: str, cfg: cnn.CNNC
         base = make_optimizer(list(model.parameters()))
         opt = scheme.optimizer(model, base)
         schedule = schedule_of(base) if not scheme.ps else None
-        sampler = dist.DistributedSampler(n_train, cfg.batch_size, seed=args.seed, rank=scheme.worker,
-                                          size=scheme.workers)
+        sampler = dist.DistributedSampler(
+            n_train, cfg.batch_size, seed=args.seed, rank=scheme.worker, size=scheme.workers
+        )
         log_every = args.log_every or max(1, total // 10)
         step, loss_sum, seen = 0, 0.0, 0
         while step < total:
@@ -235,13 +308,18 @@ def train_cnn(ctx: Context, args: argparse.Namespace, preset: str, cfg: cnn.CNNC
                     break
     run = scheme.finish(opt, model, total)
     # A server's batch-norm statistics never moved: score the final parameters on the first worker's model.
-    result = (cnn.evaluate(Context(common.SingleProcess()), model, task, args.eval_batch_size)
-              if ctx.rank == scheme.servers else None)
+    result = (
+        cnn.evaluate(Context(common.SingleProcess()), model, task, args.eval_batch_size)
+        if ctx.rank == scheme.servers
+        else None
+    )
     result = dist.broadcast_state(result, root=scheme.servers, comm=ctx.comm)
     images_per_s = scheme.workers * total * cfg.batch_size / run["seconds"]
     result.update(run, preset=preset, steps=total, images_per_s=images_per_s, params=common.snapshot(model))
-    ctx.log(f"test {cnn.describe(task, result)} | {total} steps/worker in {common.format_duration(run['seconds'])} "
-            f"on {ctx.size} ranks, {images_per_s:,.0f} images/s")
+    ctx.log(
+        f"test {cnn.describe(task, result)} | {total} steps/worker in {common.format_duration(run['seconds'])} "
+        f"on {ctx.size} ranks, {images_per_s:,.0f} images/s"
+    )
     scheme.report(result)
     return result
 
@@ -262,16 +340,23 @@ def train_lm(ctx: Context, args: argparse.Namespace, preset: str, cfg: Any) -> d
     if steps_per_epoch == 0:
         raise ValueError(f"the training split is too short for {scheme.workers * B} streams of {T} words")
     minidl.manual_seed(args.seed)
-    model = LSTMLanguageModel(len(corpus.vocab), cfg.hidden_size, cfg.num_layers, cfg.dropout,
-                              init_scale=cfg.init_scale)
+    model = LSTMLanguageModel(
+        len(corpus.vocab), cfg.hidden_size, cfg.num_layers, cfg.dropout, init_scale=cfg.init_scale
+    )
     total = min(args.max_steps or cfg.epochs * steps_per_epoch, cfg.epochs * steps_per_epoch)
     per_epoch_updates = scheme.updates(steps_per_epoch)
-    common.print_header(ctx, f"LSTM language model, preset {preset!r}, {scheme.describe()}", [
-        f"corpus {corpus.name}: vocabulary {len(corpus.vocab):,}, train {corpus.train.size:,} words",
-        f"B={B} streams/worker x T={T}, {total} steps/worker; SGD lr {cfg.lr} (x{cfg.lr_decay:.3g} per epoch after "
-        f"{cfg.decay_after}), clip {cfg.max_grad_norm} per worker"])
+    common.print_header(
+        ctx,
+        f"LSTM language model, preset {preset!r}, {scheme.describe()}",
+        [
+            f"corpus {corpus.name}: vocabulary {len(corpus.vocab):,}, train {corpus.train.size:,} words",
+            f"B={B} streams/worker x T={T}, {total} steps/worker; SGD lr {cfg.lr} (x{cfg.lr_decay:.3g} per epoch after "
+            f"{cfg.decay_after}), clip {cfg.max_grad_norm} per worker",
+        ],
+    )
     opt = None
     if scheme.is_server:
+
         def set_lr(o: optim.Optimizer, version: int) -> None:  # the epoch this update belongs to
             common.set_lr(o, cfg.lr_at(1 + version // per_epoch_updates))
 
@@ -305,18 +390,27 @@ def train_lm(ctx: Context, args: argparse.Namespace, preset: str, cfg: Any) -> d
                 loss_sum, words = loss_sum + float(loss.data) * y.size, words + y.size
                 if step % log_every == 0 or step == total:
                     rate = scheme.workers * step * B * T / (time.perf_counter() - scheme.started)
-                    scheme.log(f"step {step}/{total} | ppl {np.exp(loss_sum / words):.2f} | "
-                               f"{rate:,.0f} words/s (all workers)")
+                    scheme.log(
+                        f"step {step}/{total} | ppl {np.exp(loss_sum / words):.2f} | {rate:,.0f} words/s (all workers)"
+                    )
                     loss_sum, words = 0.0, 0
                 if step >= total:
                     break
     run = scheme.finish(opt, model, total)
     test_ppl = float(np.exp(lm.evaluate(ctx, model, corpus.test, args.eval_batch_size, T)))  # all ranks: same model
     words_per_s = scheme.workers * total * B * T / run["seconds"]
-    result = {**run, "preset": preset, "steps": total, "test_ppl": test_ppl, "words_per_s": words_per_s,
-              "params": common.snapshot(model)}
-    ctx.log(f"{lm.score_line(result, corpus)} | {total} steps/worker in {common.format_duration(run['seconds'])} "
-            f"on {ctx.size} ranks, "
-            f"{words_per_s:,.0f} words/s")
+    result = {
+        **run,
+        "preset": preset,
+        "steps": total,
+        "test_ppl": test_ppl,
+        "words_per_s": words_per_s,
+        "params": common.snapshot(model),
+    }
+    ctx.log(
+        f"{lm.score_line(result, corpus)} | {total} steps/worker in {common.format_duration(run['seconds'])} "
+        f"on {ctx.size} ranks, "
+        f"{words_per_s:,.0f} words/s"
+    )
     scheme.report(result)
     return result

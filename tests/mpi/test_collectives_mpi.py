@@ -79,8 +79,11 @@ def test_every_algorithm_exact_on_integer_valued_floats(comm, algorithm, n):
 
 
 @settings(max_examples=15)
-@given(shape=array_shapes(min_dims=1, max_dims=2, min_side=0, max_side=6), root=st.integers(0, 7),
-       seed=st.integers(0, 1000))
+@given(
+    shape=array_shapes(min_dims=1, max_dims=2, min_side=0, max_side=6),
+    root=st.integers(0, 7),
+    seed=st.integers(0, 1000),
+)
 def test_building_blocks_match_mpi(comm, shape, root, seed):
     p, rank = comm.Get_size(), comm.Get_rank()
     root %= p

@@ -56,7 +56,6 @@ def test_sync_batchnorm_empty_local_batch_takes_part(comm):
 
 def test_broadcast_optimizer_state_of_another_class_raises_on_every_rank(comm):
     model = nn.Linear(3, 2)
-    opt = (optim.SGD(model.parameters(), lr=0.1) if comm.Get_rank() == 1
-           else optim.Adam(model.parameters(), lr=0.1))
+    opt = optim.SGD(model.parameters(), lr=0.1) if comm.Get_rank() == 1 else optim.Adam(model.parameters(), lr=0.1)
     with pytest.raises(ValueError, match="optimizer class: Adam on the root.*SGD here"):
         broadcast_optimizer_state(opt, comm=comm)

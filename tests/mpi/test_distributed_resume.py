@@ -50,9 +50,14 @@ def run(comm, ckpt, steps, resume=False, save_at=None):
         sched.step()
         step += 1
         if step == save_at:
-            dist.save_checkpoint(ckpt, model, opt, sched, state={"step": step},
-                                 rank_state={"rng": dist.rng_state(default_generator()),
-                                             "h": state[0].data, "c": state[1].data})
+            dist.save_checkpoint(
+                ckpt,
+                model,
+                opt,
+                sched,
+                state={"step": step},
+                rank_state={"rng": dist.rng_state(default_generator()), "h": state[0].data, "c": state[1].data},
+            )
     return model.state_dict()
 
 

@@ -5,7 +5,6 @@ checks its own replica. float64, 1e-8 relative, for the LSTM LM, the CNN and the
 SyncBatchNorm, with every allreduce algorithm and MPI's own.
 """
 
-
 import pytest
 from test_distributed_equivalence import (
     MODELS,

@@ -4,7 +4,6 @@ Every rank also trains the dense model itself (tiny), so rank 0 compares the gat
 The scenarios are the serial tests' (tests/test_model_parallel.py), run on MPI.COMM_WORLD.
 """
 
-
 import pytest
 from test_model_parallel import (
     assert_same_state,

@@ -5,7 +5,6 @@ reference itself); asynchronous PS converges with its staleness recorded and bou
 k = 1 = gradient averaging. The helpers are the serial tests' (tests/test_parameter_server.py).
 """
 
-
 import pytest
 from test_local_sgd import run_local_sgd
 from test_parameter_server import (

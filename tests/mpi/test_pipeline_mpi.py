@@ -5,7 +5,6 @@ weights; at size 4 the ranks also form a 2 x 2 dp x pp grid. Every rank computes
 reference itself (the model is tiny) and checks its own stage. float64, 1e-8 relative.
 """
 
-
 import pytest
 from test_pipeline import (
     BATCH,

@@ -4,7 +4,6 @@ The scenarios are the serial tests' (tests/test_tensor_parallel.py), run on MPI.
 MPI's own Allreduce as the f/g collective.
 """
 
-
 import pytest
 from test_model_parallel import train_lm_dense
 from test_tensor_parallel import (

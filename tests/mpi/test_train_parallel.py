@@ -12,10 +12,32 @@ import pytest
 from minidl.train import cnn, lm
 
 # float64 and tiny models: the comparison with one process is to rounding, and each run takes a second.
-LM_ARGS = ["--quick", "--dtype", "float64", "--hidden-size", "16", "--num-steps", "5", "--max-steps", "4",
-           "--log-every", "2"]
-CNN_ARGS = ["--quick", "--dtype", "float64", "--width", "2", "--max-steps", "3", "--log-every", "3",
-            "--eval-batch-size", "100"]
+LM_ARGS = [
+    "--quick",
+    "--dtype",
+    "float64",
+    "--hidden-size",
+    "16",
+    "--num-steps",
+    "5",
+    "--max-steps",
+    "4",
+    "--log-every",
+    "2",
+]
+CNN_ARGS = [
+    "--quick",
+    "--dtype",
+    "float64",
+    "--width",
+    "2",
+    "--max-steps",
+    "3",
+    "--log-every",
+    "3",
+    "--eval-batch-size",
+    "100",
+]
 
 
 def assert_close(a: dict[str, np.ndarray], b: dict[str, np.ndarray], rtol: float = 1e-8) -> None:
@@ -34,8 +56,21 @@ def assert_same_on_every_rank(comm, params: dict[str, np.ndarray]) -> None:
 @pytest.mark.parametrize("algorithm", ["ring", "recursive_doubling", "mpi"])
 def test_lm_data_parallel_equals_one_process_with_the_global_batch(comm, capsys, algorithm):
     P, rank = comm.Get_size(), comm.Get_rank()
-    par = lm.main(LM_ARGS + ["--parallel", "data", "--allreduce", algorithm, "--batch-size", "3",
-                             "--eval-batch-size", "2", "--baseline-wps", "1000"])
+    par = lm.main(
+        LM_ARGS
+        + [
+            "--parallel",
+            "data",
+            "--allreduce",
+            algorithm,
+            "--batch-size",
+            "3",
+            "--eval-batch-size",
+            "2",
+            "--baseline-wps",
+            "1000",
+        ]
+    )
     out = capsys.readouterr().out
     one = lm.main(LM_ARGS + ["--batch-size", str(3 * P), "--eval-batch-size", str(2 * P)])
     capsys.readouterr()
@@ -43,8 +78,7 @@ def test_lm_data_parallel_equals_one_process_with_the_global_batch(comm, capsys,
     assert_close(par["params"], one["params"])
     assert par["test_ppl"] == pytest.approx(one["test_ppl"], rel=1e-10)
     if rank == 0:
-        for text in ("words/s", "/rank", "efficiency", "ms/step", "comm", "wait", "test perplexity",
-                     f"{P} ranks"):
+        for text in ("words/s", "/rank", "efficiency", "ms/step", "comm", "wait", "test perplexity", f"{P} ranks"):
             assert text in out, text
     else:
         assert out == ""
@@ -52,8 +86,21 @@ def test_lm_data_parallel_equals_one_process_with_the_global_batch(comm, capsys,
 
 def test_lm_data_parallel_resumes_exactly(comm, tmp_path, capsys):
     """Dropout (a different stream per rank) and each rank's own LSTM state survive the checkpoint."""
-    args = ["--quick", "--parallel", "data", "--hidden-size", "16", "--num-steps", "5", "--batch-size", "4",
-            "--dropout", "0.2", "--log-every", "100"]
+    args = [
+        "--quick",
+        "--parallel",
+        "data",
+        "--hidden-size",
+        "16",
+        "--num-steps",
+        "5",
+        "--batch-size",
+        "4",
+        "--dropout",
+        "0.2",
+        "--log-every",
+        "100",
+    ]
     path = str(tmp_path / "lm.npz")  # only rank 0's path is used: rank 0 writes and reads, then sends
     lm.main(args + ["--max-steps", "5", "--save", path])
     resumed = lm.main(args + ["--max-steps", "9", "--resume", path])
@@ -79,7 +126,22 @@ def test_cnn_sync_bn_equals_one_process_with_the_global_batch(comm, capsys):
 
 def test_cnn_per_rank_batchnorm_and_fp16_keep_replicas_identical(comm, capsys):
     """Per-rank batch norm and fp16 gradients differ from one process, but the replicas stay in step."""
-    par = cnn.main(["--quick", "--width", "2", "--max-steps", "3", "--parallel", "data", "--batch-size", "4",
-                    "--compression", "fp16", "--fusion-mb", "0.001"])
+    par = cnn.main(
+        [
+            "--quick",
+            "--width",
+            "2",
+            "--max-steps",
+            "3",
+            "--parallel",
+            "data",
+            "--batch-size",
+            "4",
+            "--compression",
+            "fp16",
+            "--fusion-mb",
+            "0.001",
+        ]
+    )
     capsys.readouterr()
     assert_same_on_every_rank(comm, {k: v for k, v in par["params"].items() if "running" not in k})
