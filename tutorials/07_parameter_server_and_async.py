@@ -29,7 +29,7 @@
 # writing shared parameters (bandwidth being scarce, and shared with other jobs), the cost of barriers when
 # machines are slow, and **fault tolerance** at scale. We build each scheme (`minidl.distributed.parameter_server`,
 # `local_sgd`), check the synchronous ones are exact, count their bytes on the wire, watch the staleness of
-# asynchronous updates, and race all four on one task (`minidl.distributed.compare`).
+# asynchronous updates, and race all four on one task (`benchmarks/compare.py`).
 #
 # Run: `mpiexec -n 3 python tutorials/07_parameter_server_and_async.py` (`--quick`: seconds). Rank 0 is the
 # server in the parameter-server sections, so at least 2 ranks are needed; 3 or more show asynchrony.
@@ -44,7 +44,10 @@ import minidl
 import minidl.distributed as dist
 import minidl.nn.functional as F
 from minidl import nn, optim
-from minidl.distributed import compare as C
+
+# the experiment harness that races the schemes lives with the benchmarks (benchmarks/compare.py)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+import compare as C  # noqa: E402
 
 QUICK = "--quick" in sys.argv or os.environ.get("MINIDL_QUICK") == "1"
 comm = dist.init()  # MPI.COMM_WORLD
@@ -143,11 +146,11 @@ for p in (8, 16, 64, 256):
     )
 
 # %% [markdown]
-# The bytes are counted, not just predicted: `dist.TrafficComm(comm)` wraps a communicator and adds up
+# The bytes are counted, not just predicted: `dist.CountingComm(comm)` wraps a communicator and adds up
 # what each rank sends to each other rank; one exchange gives the whole traffic matrix.
 
 # %%
-counted = dist.TrafficComm(comm)
+counted = dist.CountingComm(comm)
 model = make_model()
 steps = 4
 if dist.is_server(counted):
