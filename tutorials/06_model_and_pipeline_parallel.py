@@ -43,16 +43,16 @@ import minidl
 import minidl.distributed as dist
 import minidl.nn.functional as F
 from minidl import nn, optim, tutorial
-from minidl.distributed.model_parallel import SequentialStage, gather_state_dict
-from minidl.distributed.pipeline import Pipeline, make_grid, split_sequential
-from minidl.distributed.pipeline_schedule import (
+from minidl.distributed.model_parallel.layerwise import SequentialStage, gather_state_dict
+from minidl.distributed.model_parallel.tensor_parallel import ParallelMLP
+from minidl.distributed.pipeline.engine import Pipeline, make_grid, split_sequential
+from minidl.distributed.pipeline.schedule import (
     bubble_formula,
     bubble_fraction,
     ideal_events,
     plot_schedule,
     stage_idle_fractions,
 )
-from minidl.distributed.tensor_parallel import ParallelMLP
 from minidl.tensor import Function
 
 QUICK = tutorial.quick()  # --quick or MINIDL_QUICK=1 (how a notebook is told)

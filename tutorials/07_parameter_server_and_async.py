@@ -29,13 +29,14 @@
 # writing shared parameters (bandwidth being scarce, and shared with other jobs), the cost of barriers when
 # machines are slow, and **fault tolerance** at scale. We build each scheme (`minidl.distributed.parameter_server`,
 # `local_sgd`), check the synchronous ones are exact, count their bytes on the wire, watch the staleness of
-# asynchronous updates, and race all four on one task (`minidl.distributed.compare`).
+# asynchronous updates, and race all four on one task (`benchmarks/compare.py`).
 #
 # Run: `mpiexec -n 3 python tutorials/07_parameter_server_and_async.py` (`--quick`: seconds). Rank 0 is the
 # server in the parameter-server sections, so at least 2 ranks are needed; 3 or more show asynchrony.
 
 # %%
 import os
+import sys
 
 import numpy as np
 
@@ -43,7 +44,10 @@ import minidl
 import minidl.distributed as dist
 import minidl.nn.functional as F
 from minidl import nn, optim, tutorial
-from minidl.distributed import compare as C
+
+# the experiment harness that races the schemes lives with the benchmarks (benchmarks/compare.py)
+sys.path.insert(0, str(tutorial.TUTORIALS.parent / "benchmarks"))
+import compare as C  # noqa: E402
 
 QUICK = tutorial.quick()  # --quick or MINIDL_QUICK=1 (how a notebook is told)
 comm = dist.init()  # MPI.COMM_WORLD
@@ -143,11 +147,11 @@ for p in (8, 16, 64, 256):
     )
 
 # %% [markdown]
-# The bytes are counted, not just predicted: `dist.TrafficComm(comm)` wraps a communicator and adds up
+# The bytes are counted, not just predicted: `dist.CountingComm(comm)` wraps a communicator and adds up
 # what each rank sends to each other rank; one exchange gives the whole traffic matrix.
 
 # %%
-counted = dist.TrafficComm(comm)
+counted = dist.CountingComm(comm)
 model = make_model()
 steps = 4
 if dist.is_server(counted):

@@ -35,10 +35,10 @@ from typing import Any
 
 import numpy as np
 
-from minidl.distributed.allreduce import allreduce
-from minidl.distributed.broadcast import gather_states
-from minidl.distributed.context import get_comm
-from minidl.distributed.p2p import StageBoundary
+from minidl.distributed.comm import get_comm
+from minidl.distributed.data_parallel.allreduce import allreduce
+from minidl.distributed.model_parallel.p2p import StageBoundary
+from minidl.distributed.state import gather_states
 from minidl.models.lm import LSTMLanguageModel
 from minidl.nn.container import Sequential
 from minidl.nn.dropout import dropout as dropout_fn
