@@ -42,9 +42,9 @@ from minidl.distributed.state import gather_states
 from minidl.models.lm import LSTMLanguageModel
 from minidl.nn.container import Sequential
 from minidl.nn.dropout import dropout as dropout_fn
+from minidl.nn.lstm_kernel import LSTMFunction
 from minidl.nn.module import Module, Parameter
 from minidl.nn.rnn import LSTM, _check_state_pair
-from minidl.ops.lstm import LSTMFunction
 from minidl.ops.shape import Stack
 from minidl.tensor import Tensor, tensor
 
