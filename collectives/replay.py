@@ -195,15 +195,18 @@ def describe(r: _Request) -> str:
     return f"{call}(source={r.peer}, tag={r.tag}, buffer of {r.nbytes} bytes) with no matching send"
 
 
-def replay(traces: list[list[Row]], network: str | Network = "crossbar", params: CostParams | None = None) -> Result:
+def replay(
+    traces: list[list[Row]], network: str | Network = "crossbar", params: CostParams | None = None, **options: Any
+) -> Result:
     """Play the p ranks' traces (rows or Events, trace.py) on ``network``; each rank's finish time.
 
     ``network``: a name (network.known_networks()) or a Network; ``params`` (default
-    cost.get_params()) for a named network that takes them (crossbar). Raises DeadlockError naming
-    each rank's pending calls when no rank can go on.
+    cost.get_params()): the model of "crossbar", and gamma for the named links; ``options``
+    (ranks_per_node, topology, leaf_size, oversubscription, dims, intra) build a network.Cluster
+    around a named link. Raises DeadlockError naming each rank's pending calls when no rank can go on.
     """
     rows = [[_as_row(e) for e in events] for events in traces]
-    fabric = get_network(network, params).fabric(len(rows))
+    fabric = get_network(network, params, **options).fabric(len(rows))
     return _Engine(rows, fabric).replay()
 
 
@@ -225,15 +228,22 @@ def allreduce_time(
     nbytes: int,
     network: str | Network = "crossbar",
     params: CostParams | None = None,
+    *,
     dtype: Any = np.float32,
     check: bool = False,
+    **options: Any,
 ) -> float:
     """Virtual seconds of one allreduce of ``nbytes`` per rank on ``p`` ranks (the slowest rank's).
 
     ``algorithm``: one of cost.ALGORITHMS, or "auto" (what choose_algorithm picks for ``params``).
-    ``network``: a name or a Network (network.py); ``params``: a cost.CostParams (default
-    cost.get_params()), the model of "crossbar" and of networks built from params. ``check``:
-    include the agreement check. Traces are cached per (algorithm, p, nbytes, dtype, check).
+    ``network``: "crossbar" (cost.py's model, no contention), a named link ("1gbe", "10gbe",
+    "25gbe", "ib-fdr", "ib-edr", "ib-hdr", "omnipath100", "shm": network.LINKS) or a Network.
+    ``params``: a cost.CostParams (default cost.get_params()): the model of "crossbar", and gamma
+    (the CPUs) for every network. ``options`` for a named network (network.Cluster):
+    ``ranks_per_node`` (default 1; ranks of a node talk through shared memory), ``topology``
+    ("switch" by default, "crossbar", "fattree", "torus2d", "torus3d"), ``leaf_size`` and
+    ``oversubscription`` (fattree), ``dims`` (torus), ``intra`` (the link within a node).
+    ``check``: include the agreement check. Traces are cached per (algorithm, p, nbytes, dtype, check).
     """
     from collectives.dispatch import choose_algorithm
 
@@ -242,6 +252,6 @@ def allreduce_time(
     params = params or get_params()
     if algorithm == "auto":
         algorithm = choose_algorithm(int(p), int(nbytes), params)[0]
-    net = get_network(network, params)
+    net = get_network(network, params, **options)
     rows = _traces(algorithm, int(p), int(nbytes), np.dtype(dtype).str, bool(check))
     return _Engine(rows, net.fabric(int(p))).replay().time
