@@ -125,3 +125,32 @@ def test_names_and_bad_input():
         allreduce_time("ring", 8, 64, "10gbe", topology="torus2d", dims=(3, 3))
     with pytest.raises(ValueError, match="Network object"):
         get_network(Cluster(), ranks_per_node=2)
+
+
+# -- calibration: measured here, saved as JSON, loaded by the simulator --------------------------
+def test_calibrate_round_trips_through_json(tmp_path):
+    import collectives
+    from collectives import calibrate
+
+    out = tmp_path / "calibration.json"
+    results = collectives.simulate(
+        2, lambda comm: calibrate.main(["--out", str(out), "--large", "64K", "--repeats", "2"], comm)
+    )
+    assert results[0] == results[1]  # every rank gets the slowest rank's numbers
+    loaded = cost.load_params(str(out))
+    assert loaded == results[0] and loaded.alpha > 0 and loaded.beta >= 0 and loaded.gamma > 0
+    assert allreduce_time("ring", 4, 1 << 20, params=loaded) == pytest.approx(cost.predict("ring", 4, 1 << 20, loaded))
+
+
+def test_load_params_refuses_bad_files(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"alpha": 1e-6, "beta": -1, "gamma": 0}')
+    with pytest.raises(ValueError, match="beta must be a finite non-negative number"):
+        cost.load_params(str(bad))
+    bad.write_text("alpha=1")
+    with pytest.raises(ValueError, match="not a calibration file"):
+        cost.load_params(str(bad))
+    with pytest.raises(SystemExit):
+        from collectives import calibrate
+
+        calibrate.parse_args(["--repeats", "0"])
