@@ -16,7 +16,7 @@ re-shared whenever a flow starts or ends.
 The engine is a discrete-event simulation, one Python step per call and message (about a
 microsecond or ten each): fine up to some hundred ranks. ``rounds.py`` replays lockstep schedules
 (ring, recursive doubling, Rabenseifner on powers of two) a round at a time with NumPy, for p in
-the thousands.
+the thousands; allreduce_time uses it from p = ROUNDS_FROM on.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import numpy as np
 
 from collectives.cost import CostParams, get_params
 from collectives.network import Fabric, Network, get_network
+from collectives.rounds import NotLockstep, Schedule, replay_rounds, schedule_from_traces, symmetric_schedule
 from collectives.trace import CALLS, ISEND, RECV, REDUCE, SEND, SENDRECV, WAIT, Row, trace_rows
 
 
@@ -216,6 +217,21 @@ def _as_row(event: Any) -> Row:
     return event
 
 
+ROUNDS_FROM = 64  # from this p on, allreduce_time replays lockstep schedules by rounds (rounds.py)
+
+
+@functools.lru_cache(maxsize=64)
+def _schedule(algorithm: str, p: int, nbytes: int, dtype: str, check: bool) -> Schedule | None:
+    """The lockstep rounds of the call (from rank 0's trace when the ranks are its relabellings), or None."""
+    schedule = symmetric_schedule(algorithm, p, nbytes, dtype=dtype, check=check)
+    if schedule is not None:
+        return schedule
+    try:
+        return schedule_from_traces(_traces(algorithm, p, nbytes, dtype, check))
+    except NotLockstep:
+        return None
+
+
 @functools.lru_cache(maxsize=64)
 def _traces(algorithm: str, p: int, nbytes: int, dtype: str, check: bool) -> list[list[Row]]:
     """Traces are the same for every network: kept for the next call (sim-train asks for the same buckets often)."""
@@ -231,6 +247,7 @@ def allreduce_time(
     *,
     dtype: Any = np.float32,
     check: bool = False,
+    engine: str = "auto",
     **options: Any,
 ) -> float:
     """Virtual seconds of one allreduce of ``nbytes`` per rank on ``p`` ranks (the slowest rank's).
@@ -243,7 +260,10 @@ def allreduce_time(
     ``ranks_per_node`` (default 1; ranks of a node talk through shared memory), ``topology``
     ("switch" by default, "crossbar", "fattree", "torus2d", "torus3d"), ``leaf_size`` and
     ``oversubscription`` (fattree), ``dims`` (torus), ``intra`` (the link within a node).
-    ``check``: include the agreement check. Traces are cached per (algorithm, p, nbytes, dtype, check).
+    ``check``: include the agreement check. ``engine``: "events" (replay.py, the reference),
+    "rounds" (rounds.py: lockstep schedules only, NotLockstep otherwise) or "auto": rounds from
+    p = ROUNDS_FROM on when the schedule is lockstep, else events. Traces and schedules are
+    cached per (algorithm, p, nbytes, dtype, check).
     """
     from collectives.dispatch import choose_algorithm
 
@@ -252,6 +272,14 @@ def allreduce_time(
     params = params or get_params()
     if algorithm == "auto":
         algorithm = choose_algorithm(int(p), int(nbytes), params)[0]
-    net = get_network(network, params, **options)
-    rows = _traces(algorithm, int(p), int(nbytes), np.dtype(dtype).str, bool(check))
-    return _Engine(rows, net.fabric(int(p))).replay().time
+    if engine not in ("auto", "events", "rounds"):
+        raise ValueError(f"allreduce_time: unknown engine {engine!r}: expected auto, events or rounds")
+    fabric = get_network(network, params, **options).fabric(int(p))
+    key = (algorithm, int(p), int(nbytes), np.dtype(dtype).str, bool(check))
+    if engine == "rounds" or (engine == "auto" and p >= ROUNDS_FROM):
+        schedule = _schedule(*key)
+        if schedule is not None:
+            return float(replay_rounds(schedule, fabric).max())
+        if engine == "rounds":
+            raise NotLockstep(f"allreduce_time: {algorithm} on p={p} is not lockstep: use engine='events'")
+    return _Engine(_traces(*key), fabric).replay().time

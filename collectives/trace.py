@@ -26,7 +26,7 @@ it is sent); what a message costs is the sender's byte count.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -285,29 +285,42 @@ def trace(
 
 
 def trace_rows(
-    algorithm: str, p: int, nbytes: int, dtype: Any = np.float32, op: str = "sum", check: bool = False
+    algorithm: str,
+    p: int,
+    nbytes: int,
+    dtype: Any = np.float32,
+    op: str = "sum",
+    check: bool = False,
+    ranks: Sequence[int] | None = None,
 ) -> list[list[Row]]:
-    """``trace`` as rows of ints (see Event), the form the replay reads."""
+    """``trace`` as rows of ints (see Event), the form the replay reads; only ``ranks`` (default all)."""
     table = calls()
     if algorithm not in table:
         raise ValueError(f"trace: unknown call {algorithm!r}: expected one of {', '.join(table)}")
     if not isinstance(p, (int, np.integer)) or p < 1:
         raise ValueError(f"trace: p must be a positive integer, got {p!r}")
-    check_memory(algorithm, int(p))
+    if ranks is None:
+        check_memory(algorithm, int(p))
     dtype = np.dtype(dtype)
     x = _input(algorithm, p, nbytes, dtype)
     fn = table[algorithm]
-    return trace_function(int(p), lambda comm: fn(comm, x, comm.op(op), check), keep_check=check)
+    return trace_function(int(p), lambda comm: fn(comm, x, comm.op(op), check), keep_check=check, ranks=ranks)
 
 
-def trace_function(p: int, fn: Callable[[TraceComm], Any], keep_check: bool = True) -> list[list[Row]]:
-    """``fn(comm)`` run on every rank of p in turn, each with its own TraceComm; the rows of each rank.
+def trace_function(
+    p: int, fn: Callable[[TraceComm], Any], keep_check: bool = True, ranks: Sequence[int] | None = None
+) -> list[list[Row]]:
+    """``fn(comm)`` run on every rank of p in turn (or those in ``ranks``), each with its own TraceComm.
 
-    ``fn`` must not depend on received values (there are none). Use ``comm.op("sum")`` as the op.
-    Without ``keep_check``, the agreement check's messages (tags CHECK_TAGS) are left out.
+    Returns the rows of each rank. ``fn`` must not depend on received values (there are none).
+    Use ``comm.op("sum")`` as the op. Without ``keep_check``, the agreement check's messages (tags
+    CHECK_TAGS) are left out. Rank 0 is always traced first (the check's receives echo its messages).
     """
     traces, echo = [], {}
-    for rank in range(p):
+    ranks = range(p) if ranks is None else list(ranks)
+    if ranks and ranks[0] != 0:  # rank 0 first, for the check's echo (its own rows are not kept)
+        fn(TraceComm(0, p, echo=echo))
+    for rank in ranks:
         comm = TraceComm(rank, p, echo=echo)
         fn(comm)
         traces.append(comm.rows if keep_check else _without_check(comm.rows))

@@ -117,3 +117,67 @@ def test_bad_input():
         allreduce_time("ring", 4, 64, network="infiniband")
     with pytest.raises(ValueError, match="positive integer"):
         allreduce_time("ring", 0, 64)
+
+
+# -- the vectorized rounds engine (collectives/rounds.py) against the event engine -------------------
+NETWORKS = [
+    ("crossbar", {}),
+    ("10gbe", {}),
+    ("25gbe", {"topology": "fattree", "leaf_size": 2, "oversubscription": 3}),
+    ("ib-edr", {"topology": "torus2d"}),
+    ("1gbe", {"ranks_per_node": 2}),
+]
+
+
+@settings(max_examples=40)
+@given(
+    algorithm=st.sampled_from(["ring", "recursive_doubling", "rabenseifner"]),
+    p=st.sampled_from([1, 2, 3, 4, 6, 8, 12, 16]),
+    count=st.integers(0, 3000),
+    net=st.integers(0, len(NETWORKS) - 1),
+)
+def test_both_engines_agree_where_both_run(algorithm, p, count, net):
+    """Exact on crossbar for every size; with shared links, exact when a round's messages are equal (they then
+    start and end together, so the rounds engine's one sharing per round is the event engine's)."""
+    from collectives.network import get_network
+    from collectives.rounds import NotLockstep, replay_rounds, schedule_from_traces
+    from collectives.trace import trace_rows
+
+    name, options = NETWORKS[net]
+    if name != "crossbar":
+        count -= count % (p * 4)  # equal blocks and segments
+    rows = trace_rows(algorithm, p, 4 * count)
+    try:
+        schedule = schedule_from_traces(rows)
+    except NotLockstep:
+        assert algorithm != "ring" and p & (p - 1)  # only the folds of non-powers of two are not lockstep
+        return
+    events = replay(rows, name, **options).finish
+    rounds = replay_rounds(schedule, get_network(name, **options).fabric(p))
+    assert np.allclose(rounds, events, rtol=1e-9, atol=0)
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "recursive_doubling", "rabenseifner"])
+@pytest.mark.parametrize("p", [2, 4, 8, 16, 32])
+def test_rank_0_relabelled_is_every_rank(algorithm, p):
+    """symmetric_schedule builds the ranks' rounds from rank 0's trace: the same as tracing every rank."""
+    from collectives.rounds import schedule_from_traces, symmetric_schedule
+    from collectives.trace import trace_rows
+
+    full = schedule_from_traces(trace_rows(algorithm, p, 4 * 64 * p))
+    sym = symmetric_schedule(algorithm, p, 4 * 64 * p)
+    for a, b in ((full.dst, sym.dst), (full.src, sym.src), (full.nbytes, sym.nbytes), (full.reduced, sym.reduced)):
+        assert (np.broadcast_to(b, a.shape) == a).all()
+
+
+def test_rounds_engine_refuses_what_is_not_lockstep():
+    from collectives.rounds import NotLockstep, symmetric_schedule
+
+    assert symmetric_schedule("tree", 8, 64) is None and symmetric_schedule("ring", 6, 4 * 7) is None  # 7 / 6: unequal
+    with pytest.raises(NotLockstep, match="not lockstep"):
+        allreduce_time("tree", 8, 64, engine="rounds")
+    c = cost.CostParams(1e-6, 1e-9, 1e-10)
+    for algorithm in ("ring", "tree", "rabenseifner"):  # auto at p >= ROUNDS_FROM: rounds or events, same closed form
+        assert close(
+            allreduce_time(algorithm, 128, 4 * 128 * 10, params=c), cost.predict(algorithm, 128, 4 * 128 * 10, c)
+        )
