@@ -284,16 +284,20 @@ def checked_reduction(schedule: Callable, call: str, carries_short: bool = False
 
 
 def agree_on_counts(comm: Any, counts: Any, x: np.ndarray, op: str, call: str) -> list[int]:
-    """Check that every rank passes the same ``counts`` (p non-negative ints), and x's dtype and size.
+    """Check that every rank passes the same ``counts`` (p non-negative ints adding up to x.size), x's shape and op.
 
     The handshake carries [counts, -counts] reduced by max (see the module docstring): one pass.
+    Counts that make no sense on a rank travel as -1s, so that every rank raises the error.
     """
     p = comm.Get_size()
-    c = np.array(counts, dtype=np.int64).reshape(-1)
-    if c.size != p or (c < 0).any():
-        raise ValueError(f"{call}: counts must be {p} non-negative integers, one per rank; got {list(counts)}")
-    if int(c.sum()) != x.size:
-        raise ValueError(f"{call}: counts add up to {int(c.sum())} but x has {x.size} elements")
+    c = np.full(p, -1, np.int64)
+    try:
+        given = np.array(counts, dtype=np.int64).reshape(-1)
+        good = given.size == p and not (given < 0).any() and int(given.sum()) == x.size
+    except (TypeError, ValueError):
+        good = False
+    if good:
+        c = given
     if p > 1:
         head = header(x, op, call)
         both, agreed = handshake(comm, head, np.concatenate([c, -c]), np.maximum)
@@ -303,7 +307,12 @@ def agree_on_counts(comm: Any, counts: Any, x: np.ndarray, op: str, call: str) -
             table[comm.Get_rank()] = c
             allgather_blocks(comm, table.reshape(-1), p, tag=TAG_HEADERS)
             lines = "\n  ".join(f"rank {r}: {row.tolist()}" for r, row in enumerate(table))
-            raise MismatchError(f"{call}: ranks disagree on the counts (every rank raises this error):\n  {lines}")
+            raise MismatchError(
+                f"{call}: ranks disagree on the counts (-1s: counts that are not {p} non-negative integers adding "
+                f"up to the array's size; every rank raises this error):\n  {lines}"
+            )
+    if not good:
+        raise ValueError(f"{call}: counts must be {p} non-negative integers adding up to x.size = {x.size}")
     return c.tolist()
 
 

@@ -9,6 +9,7 @@ commutative and associative (up to rounding for floats), as MPI's predefined ops
     prod      np.multiply           int, uint, float, cpx  MPI_PROD; integers wrap round
     max, min  np.maximum, minimum   bool, int, uint, float MPI_MAX, MPI_MIN (bool: any, all)
     land, lor, lxor   np.logical_*  bool, int, uint        MPI_LAND, ...: 1 if true, else 0, in x's dtype
+                                                           (over one rank x itself, as in MPI)
     band, bor, bxor   np.bitwise_*  bool, int, uint        MPI_BAND, ...: bit by bit
     maxloc, minloc    loc.py        (value, index) pairs   MPI_MAXLOC, MPI_MINLOC: see loc.py
 

@@ -191,7 +191,7 @@ def barrier(comm: Any, check: bool = True) -> None:
     dissemination.barrier(comm)
 
 
-def alltoall(comm: Any, x: Any, algorithm: str = "auto") -> np.ndarray:
+def alltoall(comm: Any, x: Any, algorithm: str = "auto", check: bool = True) -> np.ndarray:
     """Row j of every rank's ``x`` (shape (p, ...), the same on all) goes to rank j: out[i] = rank i's x[r].
 
     ``algorithm``: "pairwise" (p - 1 rounds, each block sent once), "bruck" (ceil(log2 p) rounds,
@@ -201,7 +201,7 @@ def alltoall(comm: Any, x: Any, algorithm: str = "auto") -> np.ndarray:
     p = comm.Get_size()
     if len(shape) == 0 or shape[0] != p:
         raise ValueError(f"alltoall: x must have shape ({p}, ...) for {p} ranks, got {shape}")
-    flat, _ = agree(comm, x, None, "alltoall")
+    flat, _ = agree(comm, x, None, "alltoall", check=check)
     m = flat.size // p
     if algorithm == "auto":
         algorithm = "bruck" if m * flat.itemsize <= 256 else "pairwise"
@@ -215,18 +215,18 @@ def alltoall(comm: Any, x: Any, algorithm: str = "auto") -> np.ndarray:
     return out.reshape(shape)
 
 
-def scan(comm: Any, x: Any, op: str = "sum") -> np.ndarray:
+def scan(comm: Any, x: Any, op: str = "sum", check: bool = True) -> np.ndarray:
     """x_0 op x_1 op ... op x_r on rank r (MPI_Scan), a new array of x's shape (recursive doubling)."""
     shape = np.shape(x)
-    flat, f = agree(comm, x, op, "scan")
+    flat, f = agree(comm, x, op, "scan", check=check)
     out = prefix.scan(wire(comm, flat.dtype), flat, f, inclusive=True)
     assert out is not None
     return out.reshape(shape)
 
 
-def exscan(comm: Any, x: Any, op: str = "sum") -> np.ndarray | None:
+def exscan(comm: Any, x: Any, op: str = "sum", check: bool = True) -> np.ndarray | None:
     """x_0 op ... op x_(r-1) on rank r > 0 (MPI_Exscan), a new array of x's shape; None on rank 0."""
     shape = np.shape(x)
-    flat, f = agree(comm, x, op, "exscan")
+    flat, f = agree(comm, x, op, "exscan", check=check)
     out = prefix.scan(wire(comm, flat.dtype), flat, f, inclusive=False)
     return None if out is None else out.reshape(shape)
