@@ -169,9 +169,13 @@ class Function:
         if changed is None:
             return
         oid, then, now = changed
-        which = [f"input {i} (shape {p.shape})" for i, p in enumerate(self.parents) if _owner_id(p) == oid]
+        which = [
+            f"input {i} ({p.name + ', ' if p.name else ''}shape {p.shape})"
+            for i, p in enumerate(self.parents)
+            if _owner_id(p) == oid
+        ]
         raise RuntimeError(
-            f"backward: {', '.join(which) or 'a value'} of {self!r} was modified in place after it was saved for "
+            f"backward: {', '.join(which) or 'an output'} of {self!r} was modified in place after it was saved for "
             f"backward (its memory is at version {now}, the op saved version {then}); do the in-place write "
             "(an optimizer step, a .data assignment) after backward, or on a copy"
         )
