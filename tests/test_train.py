@@ -257,7 +257,9 @@ def test_cnn_log_json_records_accuracy(tmp_path, capsys):
     r = cnn.main(["--quick", "--width", "2", "--max-steps", "6", "--log-every", "3", "--log-json", str(path)])
     capsys.readouterr()
     train, test = read_json_lines(path)[:-1], read_json_lines(path)[-1]
-    assert [x["step"] for x in train] == [3, 6] and all(0 <= x["accuracy"] <= 1 and x["images_per_s"] > 0 for x in train)
+    assert [x["step"] for x in train] == [3, 6] and all(
+        0 <= x["accuracy"] <= 1 and x["images_per_s"] > 0 for x in train
+    )
     assert test["kind"] == "eval" and test["accuracy"] == pytest.approx(r["accuracy"])
 
 
