@@ -1,6 +1,6 @@
 """The data-parallel schemes side by side: same model, same data, same number of ranks.
 
-Schemes (seed 003's axes: synchronous vs asynchronous, centralized vs decentralized, gradient
+Schemes (Singh 2017, "Scaling in the Deep Learning Applications": the axes synchronous vs asynchronous, centralized vs decentralized, gradient
 averaging vs parameter averaging):
 
 =============  ==================  ==============  =======================  =============================

@@ -12,7 +12,8 @@
 # %% [markdown]
 # # 06 - Model parallelism and layer pipelining: splitting the model instead of the data
 #
-# Data parallelism (tutorial 05) copies the whole model to every rank. Seed 000 names two other ways to
+# Data parallelism (tutorial 05) copies the whole model to every rank. Justus, "High performance computing for AI"
+# (Digital Catapult, 2018), names two other ways to
 # spread a network over workers: **model parallelism**, where different parts of the model live on different
 # workers, and **layer pipelining**, where the workers run different layers at the same time. Both can train
 # models larger than one worker's memory, because each worker stores only its share of the weights.
@@ -401,4 +402,4 @@ for schedule in ("gpipe", "1f1b"):
 #
 # Further reading: Huang et al. (2019), GPipe; Narayanan et al. (2021), Efficient large-scale language model
 # training on GPU clusters (PipeDream-Flush / 1F1B); Shoeybi et al. (2019), Megatron-LM; Ben-Nun & Hoefler
-# (2018), Demystifying parallel and distributed deep learning (cited by seed 000).
+# (2018), Demystifying parallel and distributed deep learning (cited by Justus 2018).

@@ -15,7 +15,7 @@
 # # 07 - Parameter servers, asynchronous SGD and local SGD: the other ways to do data parallelism
 #
 # Tutorial 05 trained data-parallel with an **allreduce**: every rank averages gradients with every other,
-# then all take the same step. Seed 003 (Singh 2017, "Scaling in the Deep Learning Applications") lists the
+# then all take the same step. Singh, "Scaling in the Deep Learning Applications" (2017) lists the
 # choices behind that design, each with an alternative:
 #
 # - **synchronous vs asynchronous**: tutorial 05 has everyone wait for everyone at every step; in
@@ -132,7 +132,7 @@ assert err < 1e-8
 # Per step a worker sends one gradient and receives one copy of the parameters: 2 x model bytes, like
 # an allreduce rank (a ring allreduce sends and receives 2(P-1)/P x model each way: about 4 x model in and
 # out together). But the *server* receives W gradients and sends W copies: **2W x model per step**, growing
-# with the number of workers, while an allreduce rank's traffic stays flat. This is the bottleneck seed 003
+# with the number of workers, while an allreduce rank's traffic stays flat. This is the bottleneck Singh (2017)
 # points at: workers reading and writing shared parameters all the time need a great deal of bandwidth. Sharding the
 # parameters over S servers (`num_servers=S`, whole tensors balanced by size) divides it by S, at the price
 # of S ranks that compute no gradients. Predicted, for a 1 MB model:
@@ -299,7 +299,7 @@ if RANK == 0:
 #
 # ## 6. Fault tolerance
 #
-# Seed 003 stresses that fault tolerance matters at scale, where machines in a large cluster or a cloud can
+# Singh (2017) stresses that fault tolerance matters at scale, where machines in a large cluster or a cloud can
 # fail or be preempted. The schemes fail differently:
 #
 # - **Allreduce** (and every synchronous collective scheme) is all-or-nothing: a rank that dies leaves the
