@@ -182,7 +182,10 @@ class Function:
 
     def __del__(self) -> None:
         if self.held:  # a graph dropped without backward still lets go of its memory
-            saved.release(self.held)
+            try:
+                saved.release(self.held)
+            except (AttributeError, TypeError):  # at interpreter exit the module may already be torn down
+                pass
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__}>"
