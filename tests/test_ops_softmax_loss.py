@@ -98,6 +98,17 @@ def test_cross_entropy_large_logits_and_all_ignored():
     assert F.cross_entropy(x, np.array([-100, -100]), reduction="sum").item() == 0.0
 
 
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_with_every_target_ignored_has_zero_gradient(reduction):
+    """Issue 12, bug 3: the mean over no rows is NaN (PyTorch 2.13 too) but the gradient is 0, not NaN."""
+    x = minidl.tensor(np.random.default_rng(0).standard_normal((3, 4)), requires_grad=True)
+    with np.errstate(invalid="ignore"):
+        loss = F.cross_entropy(x, np.array([5, 5, 5]), reduction=reduction, ignore_index=5)
+    assert np.isnan(loss.item()) if reduction == "mean" else not loss.data.any()
+    loss.sum().backward()
+    np.testing.assert_array_equal(x.grad, np.zeros((3, 4)))
+
+
 def test_cross_entropy_errors():
     x = minidl.tensor(np.zeros((3, 4)))
     with pytest.raises(IndexError, match=r"target 4 is out of range for 4 classes \(valid: 0..3, or ignore_index"):

@@ -62,8 +62,8 @@ class CrossEntropy(Function):
 
     def backward(self, g):
         e, s, t, keep = self.saved_tensors
-        if self.reduction == "mean":
-            g = g / np.asarray(self.count, g.dtype)  # NaN when every row is ignored, as the forward
+        if self.reduction == "mean":  # every row ignored: the loss is NaN but the gradient 0, as PyTorch's
+            g = g / np.asarray(max(self.count, 1), g.dtype)
         w = (g * keep).astype(e.dtype, copy=False)  # dL/dloss_i, zero on ignored rows
         grad = e * (w / s)[:, None]  # softmax(x_i) * w_i
         grad[np.arange(len(t)), t] -= w  # - onehot(t_i) * w_i
