@@ -115,12 +115,20 @@ def test_cross_entropy_errors():
         F.cross_entropy(x, np.array([0, 4, 1]))
     with pytest.raises(IndexError, match="target -1 is out of range"):
         F.cross_entropy(x, np.array([0, -1, 1]))
-    with pytest.raises(TypeError, match="integer class indices, got dtype float"):
+    with pytest.raises(TypeError, match="integer class indices .or float probabilities., got bool"):
+        F.cross_entropy(x, np.array([True, False, True]))
+    with pytest.raises(ValueError, match=r"probability targets must have the logits' shape \(3, 4\), got \(3,\)"):
         F.cross_entropy(x, np.array([0.0, 1.0, 1.0]))
-    with pytest.raises(ValueError, match=r"target shape \(2,\) does not match logits \(3, 4\)"):
+    with pytest.raises(ValueError, match=r"target shape \(2,\) does not match input \(3, 4\) \(want \[3\]\)"):
         F.cross_entropy(x, np.array([0, 1]))
-    with pytest.raises(ValueError, match=r"logits must be a float \[N, C\] array, got shape \(4,\)"):
-        F.cross_entropy(minidl.tensor(np.zeros(4)), np.array(1))
+    with pytest.raises(ValueError, match=r"input must be a float \[N, C, ...\] or \[C\] array, got shape \(\)"):
+        F.cross_entropy(minidl.tensor(np.zeros(())), np.array(1))
+    with pytest.raises(ValueError, match="label_smoothing must be in"):
+        F.cross_entropy(x, np.array([0, 1, 2]), label_smoothing=1.5)
+    with pytest.raises(ValueError, match=r"weight must have one entry per class, shape \(4,\)"):
+        F.cross_entropy(x, np.array([0, 1, 2]), weight=np.ones(3))
+    with pytest.raises(NotImplementedError, match="not supported: size_average"):
+        F.cross_entropy(x, np.array([0, 1, 2]), size_average=True)
     with pytest.raises(ValueError, match="reduction must be one of"):
         F.cross_entropy(x, np.array([0, 1, 2]), reduction="avg")
 
