@@ -23,6 +23,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from minidl.measure import busy_note, interleaved, spread  # noqa: F401  (re-exported for the tutorials)
+
 TUTORIALS = Path(__file__).resolve().parents[1] / "tutorials"
 
 
