@@ -4,6 +4,7 @@
     out = collectives.allreduce(comm, x, op="sum", algorithm="auto")   # new array, same bits on every rank
     collectives.choose_algorithm(p, nbytes)        # what "auto" picks, and the cost model's predictions
     results = collectives.simulate(4, fn, *args)   # fn(comm, *args) on 4 in-process ranks; results.messages
+    collectives.allreduce_time("ring", 256, 100 << 20, network="crossbar")   # virtual seconds at scale
     collectives.explain("ring", p=4, n=8)          # every transfer of a schedule, step by step
     collectives.ring.allreduce(comm, flat, np.add) # the bare schedule: no agreement check, flat arrays
 
@@ -24,6 +25,8 @@ dissemination (the barrier), exchange (alltoall: pairwise exchange, Bruck), pref
 exscan by recursive doubling).
 Around them: agreement (the check, and how it carries short vectors), cost (the alpha-beta-gamma
 model), simulated (in-process ranks), walkthrough (explain: a schedule step by step), bench.
+The virtual-time cluster: trace (each rank's calls, from the real code), replay (virtual time),
+network and topology (links, presets, contention), rounds (the vectorized replay), calibrate.
 """
 
 from collectives import (
@@ -56,6 +59,7 @@ from collectives.dispatch import (
     scatter,
 )
 from collectives.loc import pairs
+from collectives.replay import allreduce_time
 from collectives.simulated import DeadlockError, SimulatedComm, SimulationResult, simulate
 from collectives.varying import allgatherv, alltoallv, gatherv, scatterv
 from collectives.walkthrough import explain
@@ -70,6 +74,7 @@ __all__ = [
     "allgather",
     "allgatherv",
     "allreduce",
+    "allreduce_time",
     "alltoall",
     "alltoallv",
     "barrier",

@@ -63,7 +63,6 @@ TAG_SCAN = 13  # recursive-doubling prefix (scan.py)
 TAG_COUNTS = 14  # the counts of the v-collectives (varying.py)
 
 
-@functools.lru_cache(maxsize=256)
 def reduction(op: str, dtype: np.dtype) -> Op:
     """The function of ``op`` after checking that it means something for ``dtype``.
 
@@ -72,7 +71,17 @@ def reduction(op: str, dtype: np.dtype) -> Op:
     min (all) are allowed. The logical and bitwise ops take bool and integers (MPI: C integer and
     logical types). maxloc/minloc take the (value, index) pairs of loc.py. Anything else (object,
     strings, datetimes) is not a number to reduce.
+
+    An op that is not a name but an object marked ``traced`` (trace.py's stand-in for a ufunc,
+    which counts the bytes it would reduce and computes nothing) is returned as it is.
     """
+    if getattr(op, "traced", False):
+        return op  # type: ignore[return-value]
+    return _reduction(op, dtype)
+
+
+@functools.lru_cache(maxsize=256)
+def _reduction(op: str, dtype: np.dtype) -> Op:
     if op not in OPS:
         raise ValueError(f"unknown op {op!r}: expected one of {', '.join(OPS)}")
     dtype = np.dtype(dtype)
