@@ -52,7 +52,6 @@ class BucketOverlap:
         self.opt = opt
         self.bucket_of = {id(p): k for k, b in enumerate(opt.buckets) for p in b.params}
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="minidl-allreduce")
-        self.events: list[tuple[str, float, float, dict[str, Any]]] = []  # (name, start, end, args): timeline
         self._reset()
 
     def _reset(self) -> None:
@@ -76,10 +75,9 @@ class BucketOverlap:
     def _allreduce(self, k: int, scale: float, check: bool) -> None:
         from minidl.distributed.data_parallel.optimizer import allreduce_buckets
 
-        bucket, start = self.opt.buckets[k], time.perf_counter()
-        allreduce_buckets([bucket], self.opt.comm, self.opt.algorithm, scale, self.opt.compression, check=check)
-        args = {"bucket": k, "algorithm": self.opt.algorithm, "bytes": int(bucket.nbytes)}
-        self.events.append((f"allreduce bucket {k}", start, time.perf_counter(), args))
+        began = time.perf_counter()
+        allreduce_buckets([self.opt.buckets[k]], self.opt.comm, self.opt.algorithm, scale, self.opt.compression, check)
+        self.opt.record(k, began, "comm")
 
     def finish(self) -> None:
         """Launch the buckets not launched yet, in order, and wait for every allreduce of this step."""
