@@ -274,12 +274,13 @@ def allreduce_time(
         algorithm = choose_algorithm(int(p), int(nbytes), params)[0]
     if engine not in ("auto", "events", "rounds"):
         raise ValueError(f"allreduce_time: unknown engine {engine!r}: expected auto, events or rounds")
-    fabric = get_network(network, params, **options).fabric(int(p))
+    net = get_network(network, params, **options)
     key = (algorithm, int(p), int(nbytes), np.dtype(dtype).str, bool(check))
     if engine == "rounds" or (engine == "auto" and p >= ROUNDS_FROM):
-        schedule = _schedule(*key)
+        schedule = _schedule(*key)  # traces first: they say when p will not fit, before anything is built
         if schedule is not None:
-            return float(replay_rounds(schedule, fabric).max())
+            return float(replay_rounds(schedule, net.fabric(int(p))).max())
         if engine == "rounds":
             raise NotLockstep(f"allreduce_time: {algorithm} on p={p} is not lockstep: use engine='events'")
-    return _Engine(_traces(*key), fabric).replay().time
+    traces = _traces(*key)
+    return _Engine(traces, net.fabric(int(p))).replay().time
