@@ -1,12 +1,13 @@
 """Layers, losses and the Module container (names, shapes and state_dict layouts as PyTorch's)."""
 
 from minidl.nn import init
-from minidl.nn.activation import ReLU, Sigmoid, Tanh
+from minidl.nn.activation import ELU, GELU, Hardswish, LeakyReLU, Mish, ReLU, Sigmoid, SiLU, Softplus, Tanh
 from minidl.nn.container import Flatten, Identity, Sequential
 from minidl.nn.conv import Conv2d
 from minidl.nn.dropout import Dropout
 from minidl.nn.embedding import Embedding
 from minidl.nn.linear import Linear
+from minidl.nn.loss import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss, NLLLoss
 from minidl.nn.module import Module, Parameter, StateDictError
 from minidl.nn.norm import BatchNorm1d, BatchNorm2d
 from minidl.nn.pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
@@ -14,12 +15,21 @@ from minidl.nn.resnet import BasicBlock, ResNet, resnet
 from minidl.nn.rnn import LSTM, LSTMCell, LSTMLayer
 
 __all__ = [
+    "ELU",
+    "GELU",
+    "Hardswish",
+    "LeakyReLU",
+    "Mish",
+    "SiLU",
+    "Softplus",
     "AdaptiveAvgPool2d",
     "AvgPool2d",
+    "BCEWithLogitsLoss",
     "BasicBlock",
     "BatchNorm1d",
     "BatchNorm2d",
     "Conv2d",
+    "CrossEntropyLoss",
     "Dropout",
     "Embedding",
     "Flatten",
@@ -28,8 +38,10 @@ __all__ = [
     "LSTMCell",
     "LSTMLayer",
     "Linear",
+    "MSELoss",
     "MaxPool2d",
     "Module",
+    "NLLLoss",
     "Parameter",
     "ReLU",
     "ResNet",
