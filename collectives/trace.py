@@ -234,15 +234,34 @@ def _block(name: str, algorithm: str | None) -> Callable:
         import collectives
 
         fn = getattr(collectives, name)
-        if name in ("reduce_scatter",):
+        if name == "reduce_scatter":
             return fn(comm, x, op, algorithm=algorithm)
-        if name == "allgather":
+        if name in ("allgather", "alltoall"):
             return fn(comm, x, algorithm=algorithm)
         if name == "reduce":
             return fn(comm, x, op, root=0)
+        if name in ("scan", "exscan"):
+            return fn(comm, x, op)
+        if name == "barrier":
+            return fn(comm)
         return fn(comm, x, root=0)  # broadcast, gather, scatter
 
     return call
+
+
+BLOCKS = {  # name: (collective, algorithm); the first of each collective's names is its default
+    "reduce_scatter": ("reduce_scatter", "ring"),
+    "reduce_scatter:ring": ("reduce_scatter", "ring"),
+    "reduce_scatter:recursive_halving": ("reduce_scatter", "recursive_halving"),
+    "allgather": ("allgather", "ring"),
+    "allgather:ring": ("allgather", "ring"),
+    "allgather:recursive_doubling": ("allgather", "recursive_doubling"),
+    "alltoall": ("alltoall", "auto"),
+    "alltoall:pairwise": ("alltoall", "pairwise"),
+    "alltoall:bruck": ("alltoall", "bruck"),
+    **{name: (name, None) for name in ("broadcast", "reduce", "gather", "scatter", "scan", "exscan", "barrier")},
+}
+PER_PEER = ("scatter", "alltoall")  # calls whose input is (p, n): n bytes for each rank
 
 
 def calls() -> dict[str, Callable]:
@@ -250,23 +269,18 @@ def calls() -> dict[str, Callable]:
     from collectives.cost import ALGORITHMS
 
     table = {name: _allreduce(name) for name in (*ALGORITHMS, "auto")}
-    for block in ("reduce_scatter:ring", "reduce_scatter:recursive_halving", "allgather:ring"):
-        table[block] = _block(*block.split(":"))
-    table["allgather:recursive_doubling"] = _block("allgather", "recursive_doubling")
-    table["reduce_scatter"], table["allgather"] = table["reduce_scatter:ring"], table["allgather:ring"]
-    for block in ("broadcast", "reduce", "gather", "scatter"):
-        table[block] = _block(block, None)
+    table.update({name: _block(*block) for name, block in BLOCKS.items()})
     return table
 
 
 def _input(call: str, p: int, nbytes: int, dtype: np.dtype) -> np.ndarray:
-    """A size-only input of ``nbytes`` per rank (scatter: the root's (p, n) array)."""
+    """A size-only input of ``nbytes`` per rank (scatter, alltoall: (p, n), n bytes for each rank)."""
     if nbytes < 0 or nbytes % dtype.itemsize:
         raise ValueError(
             f"trace: nbytes must be a non-negative multiple of {dtype}'s {dtype.itemsize} bytes, got {nbytes}"
         )
     n = nbytes // dtype.itemsize
-    return np.empty((p, n) if call == "scatter" else n, dtype)  # never written: no memory behind it
+    return np.empty((p, n) if call.split(":")[0] in PER_PEER else n, dtype)  # never written: no memory behind it
 
 
 def trace(
