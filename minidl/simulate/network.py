@@ -52,8 +52,9 @@ def _cached(algorithm: str, p: int, nbytes: int, network: Any, params: Any, opti
     replay = getattr(collectives, "allreduce_time", None)
     if replay is not None:
         return float(replay(algorithm, p, nbytes, network=network, params=params, **dict(options)))
-    # fallback until collectives.allreduce_time is merged: the closed form on a crossbar
-    if network != "crossbar" or any(v not in (None, 1) for _, v in options):
+    # fallback until collectives.allreduce_time is merged: the closed form on a crossbar (where every link is
+    # alike, so ranks_per_node changes nothing)
+    if network != "crossbar" or any(k != "ranks_per_node" for k, _ in options):
         raise NotImplementedError(
             f"network {network!r} with {dict(options)} needs collectives.allreduce_time (the network simulator); "
             "only the closed-form crossbar is available"
