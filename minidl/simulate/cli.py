@@ -18,6 +18,7 @@ import json
 import sys
 from typing import Any
 
+from collectives.cost import get_params
 from minidl.simulate.network import ALGORITHMS, load_params
 from minidl.simulate.node import NodeSpec
 from minidl.simulate.profile import Profile, described
@@ -185,7 +186,9 @@ def run(args: argparse.Namespace) -> list[Row]:
 
 
 def describe_model(profile: Profile, node: NodeSpec, args: argparse.Namespace, params: Any) -> str:
-    cost = f"cost parameters {params}" if params else "the network presets' own parameters"
+    c = params or get_params()
+    cost = f"alpha {1e6 * c.alpha:.2f} us, beta {1e9 * c.beta:.4f} ns/B, gamma {1e9 * c.gamma:.4f} ns/B"
+    cost = f"{cost} from {args.params}" if params else f"crossbar links: {cost}; presets: their own links"
     mode = "buckets allreduced as they become ready (--overlap)" if args.overlap else "allreduces after the backward"
     return "\n".join(
         [
