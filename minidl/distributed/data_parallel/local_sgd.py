@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from minidl.distributed.allreduce import allreduce, check_algorithm
-from minidl.distributed.context import get_comm
+from minidl.distributed.comm import get_comm
+from minidl.distributed.data_parallel.allreduce import allreduce, check_algorithm
 from minidl.nn.module import Module
 from minidl.optim.optimizer import Optimizer
 from minidl.tensor import Tensor
