@@ -131,7 +131,8 @@ def test_overlap_is_never_slower_and_hides_at_most_the_backward(ready, data):
 
 def test_crossbar_step_equals_the_closed_form():
     params = cost.CostParams(alpha=2e-6, beta=1e-9, gamma=2e-10)
-    prof = hand_profile()
+    # float32 buckets that split into equal blocks for every p below (12480 = lcm of 2, 3, 5, 8, 13, 64)
+    prof = hand_profile(nbytes=(4 * 12480, 8 * 12480, 12 * 12480))
     for algorithm in cost.ALGORITHMS:
         for p in (2, 3, 5, 8, 13, 64):
             t = simulate_step(prof, Cluster(p, "crossbar", params=params), algorithm)

@@ -1,13 +1,12 @@
 """The one door to the collectives' virtual-time cluster: the seconds of one allreduce.
 
-``allreduce_time(algorithm, p, nbytes, network, params, **options)`` is
-``collectives.allreduce_time`` (traces of the real algorithms replayed on a network model: links,
-topologies, contention, named presets such as "10gbe" or "ib-edr"). Until that module is merged
+``allreduce_time(algorithm, p, nbytes, network, params, ranks_per_node, topology)`` asks
+``collectives.allreduce_time`` (each rank's calls traced from the real algorithm code, replayed in
+virtual time on a network model: links, topologies, contention, named presets). Until that is merged
 this falls back to the closed-form alpha-beta-gamma cost ``collectives.cost.predict`` on a
-contention-free ``crossbar`` (the two agree there by construction: the replay's property test).
+contention-free ``crossbar`` (the two agree there: the replay's property test).
 
-"auto" is the algorithm the model predicts fastest for this size, as ``collectives.allreduce``'s
-"auto" picks it from the cost model.
+"auto" here is the algorithm the simulation finds fastest for this size and network.
 """
 
 from __future__ import annotations
@@ -32,31 +31,43 @@ def load_params(path: str) -> cost.CostParams:
     return cost.CostParams(float(data["alpha"]), float(data["beta"]), float(data["gamma"]))
 
 
+def network_for(network: Any, ranks_per_node: int = 1, topology: str | None = None) -> Any:
+    """What ``collectives.allreduce_time`` takes as ``network`` for this preset, ranks per node and topology."""
+    if topology is None and (ranks_per_node == 1 or network == "crossbar"):
+        return network  # on a crossbar every link is alike: ranks per node change nothing
+    raise NotImplementedError(
+        f"network {network!r} with {ranks_per_node} ranks per node and topology {topology!r} needs the network "
+        "simulator's nodes and topologies (collectives.network)"
+    )
+
+
 def allreduce_time(
-    algorithm: str, p: int, nbytes: float, network: Any = "crossbar", params: cost.CostParams | None = None, **options
+    algorithm: str,
+    p: int,
+    nbytes: float,
+    network: Any = "crossbar",
+    params: cost.CostParams | None = None,
+    ranks_per_node: int = 1,
+    topology: str | None = None,
 ) -> float:
     """Virtual seconds of one allreduce of ``nbytes`` on ``p`` ranks (the slowest rank); 0 for p = 1."""
     if p < 1:
         raise ValueError(f"allreduce_time: p must be >= 1, got {p}")
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"unknown allreduce {algorithm!r}: expected one of {', '.join(ALGORITHMS)}")
     if p == 1:
         return 0.0
+    net = network_for(network, ranks_per_node, topology)
     if algorithm == "auto":
-        return min(allreduce_time(a, p, nbytes, network, params, **options) for a in cost.ALGORITHMS)
-    if algorithm not in cost.ALGORITHMS:
-        raise ValueError(f"unknown allreduce {algorithm!r}: expected one of {', '.join(ALGORITHMS)}")
-    return _cached(algorithm, p, int(nbytes), network, params, tuple(sorted(options.items())))
+        return min(_cached(a, p, int(nbytes), net, params) for a in cost.ALGORITHMS)
+    return _cached(algorithm, p, int(nbytes), net, params)
 
 
 @lru_cache(maxsize=4096)
-def _cached(algorithm: str, p: int, nbytes: int, network: Any, params: Any, options: tuple) -> float:
+def _cached(algorithm: str, p: int, nbytes: int, network: Any, params: Any) -> float:
     replay = getattr(collectives, "allreduce_time", None)
     if replay is not None:
-        return float(replay(algorithm, p, nbytes, network=network, params=params, **dict(options)))
-    # fallback until collectives.allreduce_time is merged: the closed form on a crossbar (where every link is
-    # alike, so ranks_per_node changes nothing)
-    if network != "crossbar" or any(k != "ranks_per_node" for k, _ in options):
-        raise NotImplementedError(
-            f"network {network!r} with {dict(options)} needs collectives.allreduce_time (the network simulator); "
-            "only the closed-form crossbar is available"
-        )
+        return float(replay(algorithm, p, nbytes, network=network, params=params))
+    if network != "crossbar":  # fallback until collectives.allreduce_time is merged: the closed form
+        raise NotImplementedError(f"network {network!r} needs collectives.allreduce_time (the network simulator)")
     return cost.predict(algorithm, p, nbytes, params)

@@ -85,12 +85,8 @@ class Cluster:
         return self.nodes * self.node.ranks_per_node
 
     def allreduce_s(self, algorithm: str, nbytes: float) -> float:
-        options: dict[str, Any] = {}
-        if self.node.ranks_per_node > 1:
-            options["ranks_per_node"] = self.node.ranks_per_node
-        if self.topology is not None:
-            options["topology"] = self.topology
-        return allreduce_time(algorithm, self.ranks, nbytes, self.network, self.params, **options)
+        node = self.node.ranks_per_node
+        return allreduce_time(algorithm, self.ranks, nbytes, self.network, self.params, node, self.topology)
 
 
 def simulate_step(profile: Profile, cluster: Cluster, algorithm: str = "ring", overlap: bool = False) -> StepTime:
