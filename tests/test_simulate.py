@@ -211,3 +211,6 @@ def test_bad_flags_exit_2_with_one_line(capsys):
     for flag, value, name in (("--allreduce", "fastest", "--allreduce"), ("--ranks-per-node", "0", "--ranks-per-node")):
         assert main(["lm", "--profile", "params=1e6,rate=1,batch=1", flag, value]) == 2
         assert name in capsys.readouterr().err
+    assert main(["lm", "--profile", "params=1e6,rate=1,batch=1", "--network", "carrier-pigeon"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--network" in err[0] and "carrier-pigeon" in err[0]

@@ -19,7 +19,7 @@ import sys
 from typing import Any
 
 from collectives.cost import get_params
-from minidl.simulate.network import ALGORITHMS, load_params
+from minidl.simulate.network import ALGORITHMS, allreduce_time, load_params
 from minidl.simulate.node import NodeSpec
 from minidl.simulate.profile import Profile, described
 from minidl.simulate.step import Row, scaling
@@ -165,12 +165,18 @@ def run(args: argparse.Namespace) -> list[Row]:
     if bad:
         raise UsageError(f"--allreduce: unknown {', '.join(bad)}; known: {', '.join(ALGORITHMS)}")
     params = load_params(args.params) if args.params else None
+    networks = [n.strip() for n in args.network.split(",")]
+    for network in networks:  # an unknown name fails here, in one line, before the profile is measured
+        try:
+            allreduce_time("ring", 2, 8, network, params)
+        except ValueError as e:
+            raise UsageError(f"--network: {e}") from None
     profile = get_profile(args)
     if args.save_profile:
         profile.save(args.save_profile)
     rows = [
         row
-        for network in (n.strip() for n in args.network.split(","))
+        for network in networks
         for algorithm in algorithms
         for row in scaling(profile, nodes, algorithm, network, node, args.overlap, params, args.topology)
     ]

@@ -69,5 +69,5 @@ def _cached(algorithm: str, p: int, nbytes: int, network: Any, params: Any) -> f
     if replay is not None:
         return float(replay(algorithm, p, nbytes, network=network, params=params))
     if network != "crossbar":  # fallback until collectives.allreduce_time is merged: the closed form
-        raise NotImplementedError(f"network {network!r} needs collectives.allreduce_time (the network simulator)")
+        raise ValueError(f"unknown network {network!r}: only 'crossbar' until collectives.allreduce_time is merged")
     return cost.predict(algorithm, p, nbytes, params)
