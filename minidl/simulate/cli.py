@@ -37,7 +37,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--nodes", default="1,2,4,8,16,32", help="node counts, comma-separated (default 1,...,32)")
     c.add_argument("--network", default="crossbar", help="network preset(s), comma-separated (default crossbar)")
     c.add_argument("--allreduce", default="ring", help=f"algorithm(s), comma-separated: {', '.join(ALGORITHMS)}")
-    c.add_argument("--topology", help="topology passed to the network simulator (e.g. a fat tree, a torus)")
+    c.add_argument("--topology", help="switch (default for a named network), crossbar, fattree, torus2d, torus3d")
+    c.add_argument("--oversubscription", help="fat tree: leaf uplink oversubscription (1: full bisection)")
+    c.add_argument("--leaf-size", help="fat tree: nodes per leaf switch")
+    c.add_argument("--dims", help="torus: its sides, e.g. 8x8 or 4x4x4")
     c.add_argument("--params", metavar="FILE", help="cost parameters (alpha, beta, gamma) from calibrate, as JSON")
     c.add_argument("--overlap", action="store_true", help="allreduce each bucket as soon as it is ready")
     n = p.add_argument_group("node (scales the measured compute)")
@@ -85,6 +88,18 @@ def node_spec(args: argparse.Namespace) -> NodeSpec:
     (speed,) = number_list("--core-speed", args.core_speed, float)
     (eff,) = number_list("--efficiency", args.efficiency, float)
     return NodeSpec(ranks, cores, speed, eff)
+
+
+def network_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The topology and its options, checked: positive numbers, a torus's sides as AxB[xC]."""
+    options: dict[str, Any] = {"topology": args.topology}
+    if args.oversubscription:
+        (options["oversubscription"],) = number_list("--oversubscription", args.oversubscription, float)
+    if args.leaf_size:
+        (options["leaf_size"],) = number_list("--leaf-size", args.leaf_size)
+    if args.dims:
+        options["dims"] = tuple(number_list("--dims", args.dims.replace("x", ",")))
+    return {k: v for k, v in options.items() if v is not None}
 
 
 def parse_description(text: str) -> Profile:
@@ -166,11 +181,14 @@ def run(args: argparse.Namespace) -> list[Row]:
         raise UsageError(f"--allreduce: unknown {', '.join(bad)}; known: {', '.join(ALGORITHMS)}")
     params = load_params(args.params) if args.params else None
     networks = [n.strip() for n in args.network.split(",")]
-    for network in networks:  # an unknown name fails here, in one line, before the profile is measured
+    options = network_options(args)
+    for network in networks:  # an unknown name or topology fails here, in one line, before the profile is measured
         try:
-            allreduce_time("ring", 2, 8, network, params)
+            allreduce_time(
+                "ring", 2 * node.ranks_per_node, 8, network, params, ranks_per_node=node.ranks_per_node, **options
+            )
         except ValueError as e:
-            raise UsageError(f"--network: {e}") from None
+            raise UsageError(f"--network {network}: {e}") from None
     profile = get_profile(args)
     if args.save_profile:
         profile.save(args.save_profile)
@@ -178,7 +196,7 @@ def run(args: argparse.Namespace) -> list[Row]:
         row
         for network in networks
         for algorithm in algorithms
-        for row in scaling(profile, nodes, algorithm, network, node, args.overlap, params, args.topology)
+        for row in scaling(profile, nodes, algorithm, network, node, args.overlap, params, options)
     ]
     if args.json:
         for r in rows:
@@ -203,7 +221,7 @@ def describe_model(profile: Profile, node: NodeSpec, args: argparse.Namespace, p
             f"  source: {profile.source}" + "".join(f"; {n}" for n in profile.notes),
             f"  {node.describe(profile)}",
             f"  network {args.network}"
-            + (f", topology {args.topology}" if args.topology else "")
+            + "".join(f", {k} {v}" for k, v in network_options(args).items())
             + f", {cost}; {mode}",
             "  weak scaling: the batch per rank is fixed; speed-up = rate / rate of one node, efficiency = speed-up / nodes",
         ]

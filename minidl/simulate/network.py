@@ -1,6 +1,6 @@
 """The one door to the collectives' virtual-time cluster: the seconds of one allreduce.
 
-``allreduce_time(algorithm, p, nbytes, network, params, ranks_per_node, topology)`` asks
+``allreduce_time(algorithm, p, nbytes, network, params, **options)`` asks
 ``collectives.allreduce_time`` (each rank's calls traced from the real algorithm code, replayed in
 virtual time on a network model: links, topologies, contention, named presets). Until that is merged
 this falls back to the closed-form alpha-beta-gamma cost ``collectives.cost.predict`` on a
@@ -31,43 +31,32 @@ def load_params(path: str) -> cost.CostParams:
     return cost.CostParams(float(data["alpha"]), float(data["beta"]), float(data["gamma"]))
 
 
-def network_for(network: Any, ranks_per_node: int = 1, topology: str | None = None) -> Any:
-    """What ``collectives.allreduce_time`` takes as ``network`` for this preset, ranks per node and topology."""
-    if topology is None and (ranks_per_node == 1 or network == "crossbar"):
-        return network  # on a crossbar every link is alike: ranks per node change nothing
-    raise NotImplementedError(
-        f"network {network!r} with {ranks_per_node} ranks per node and topology {topology!r} needs the network "
-        "simulator's nodes and topologies (collectives.network)"
-    )
-
-
 def allreduce_time(
-    algorithm: str,
-    p: int,
-    nbytes: float,
-    network: Any = "crossbar",
-    params: cost.CostParams | None = None,
-    ranks_per_node: int = 1,
-    topology: str | None = None,
+    algorithm: str, p: int, nbytes: float, network: Any = "crossbar", params: cost.CostParams | None = None, **options
 ) -> float:
-    """Virtual seconds of one allreduce of ``nbytes`` on ``p`` ranks (the slowest rank); 0 for p = 1."""
+    """Virtual seconds of one allreduce of ``nbytes`` on ``p`` ranks (the slowest rank); 0 for p = 1.
+
+    ``options`` (None values dropped) go to the network: ``ranks_per_node``, ``topology`` ("switch", "crossbar",
+    "fattree", "torus2d", "torus3d"), ``oversubscription`` and ``leaf_size`` (fat tree), ``dims`` (torus).
+    """
     if p < 1:
         raise ValueError(f"allreduce_time: p must be >= 1, got {p}")
     if algorithm not in ALGORITHMS:
         raise ValueError(f"unknown allreduce {algorithm!r}: expected one of {', '.join(ALGORITHMS)}")
     if p == 1:
         return 0.0
-    net = network_for(network, ranks_per_node, topology)
+    given = tuple(sorted((k, v) for k, v in options.items() if v is not None))
     if algorithm == "auto":
-        return min(_cached(a, p, int(nbytes), net, params) for a in cost.ALGORITHMS)
-    return _cached(algorithm, p, int(nbytes), net, params)
+        return min(_cached(a, p, int(nbytes), network, params, given) for a in cost.ALGORITHMS)
+    return _cached(algorithm, p, int(nbytes), network, params, given)
 
 
 @lru_cache(maxsize=4096)
-def _cached(algorithm: str, p: int, nbytes: int, network: Any, params: Any) -> float:
+def _cached(algorithm: str, p: int, nbytes: int, network: Any, params: Any, options: tuple) -> float:
     replay = getattr(collectives, "allreduce_time", None)
     if replay is not None:
-        return float(replay(algorithm, p, nbytes, network=network, params=params))
-    if network != "crossbar":  # fallback until collectives.allreduce_time is merged: the closed form
+        return float(replay(algorithm, p, nbytes, network, params, **dict(options)))
+    # fallback until collectives.allreduce_time is merged: the closed form on a crossbar (every link alike)
+    if network != "crossbar" or any(k != "ranks_per_node" for k, _ in options):
         raise ValueError(f"unknown network {network!r}: only 'crossbar' until collectives.allreduce_time is merged")
     return cost.predict(algorithm, p, nbytes, params)

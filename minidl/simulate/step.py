@@ -78,15 +78,17 @@ class Cluster:
     network: Any = "crossbar"
     node: NodeSpec = NodeSpec()
     params: CostParams | None = None
-    topology: str | None = None
+    options: tuple[tuple[str, Any], ...] = ()  # the network's: topology, oversubscription, leaf_size, dims
 
     @property
     def ranks(self) -> int:
         return self.nodes * self.node.ranks_per_node
 
     def allreduce_s(self, algorithm: str, nbytes: float) -> float:
-        node = self.node.ranks_per_node
-        return allreduce_time(algorithm, self.ranks, nbytes, self.network, self.params, node, self.topology)
+        rpn = self.node.ranks_per_node
+        return allreduce_time(
+            algorithm, self.ranks, nbytes, self.network, self.params, ranks_per_node=rpn, **dict(self.options)
+        )
 
 
 def simulate_step(profile: Profile, cluster: Cluster, algorithm: str = "ring", overlap: bool = False) -> StepTime:
@@ -128,14 +130,17 @@ def scaling(
     node: NodeSpec | None = None,
     overlap: bool = False,
     params: CostParams | None = None,
-    topology: str | None = None,
+    options: dict[str, Any] | None = None,
 ) -> list[Row]:
-    """The weak-scaling table of ``profile`` (as measured; ``node`` scales it) on each node count."""
+    """The weak-scaling table of ``profile`` (as measured; ``node`` scales it) on each node count; ``options``
+    go to the network (topology, oversubscription, leaf_size, dims)."""
     node = node or NodeSpec()
     scaled = node.apply(profile)
 
     def rate(n: int) -> tuple[float, StepTime]:
-        t = simulate_step(scaled, Cluster(n, network, node, params, topology), algorithm, overlap)
+        t = simulate_step(
+            scaled, Cluster(n, network, node, params, tuple(sorted((options or {}).items()))), algorithm, overlap
+        )
         return n * node.ranks_per_node * scaled.items / t.step_s, t
 
     one, _ = rate(1)
