@@ -5,12 +5,14 @@
     collectives.ring.allreduce(comm, x)            # likewise naive, tree, recursive_doubling, rabenseifner
     collectives.choose_algorithm(p, nbytes)        # what "auto" picks, and the cost model's predictions
     results = collectives.simulate(4, fn, *args)   # fn(comm, *args) on 4 in-process ranks; results.messages
+    collectives.allreduce_time("ring", 256, 100 << 20, network="crossbar")   # virtual seconds at scale
 
 ``comm`` is anything with mpi4py's buffer-based point-to-point subset (Get_rank, Get_size, Send,
 Recv, Sendrecv, Isend, Irecv): an ``MPI.Comm`` or a simulated one. Only NumPy is needed; mpi4py
 only to run on real MPI. Files: naive, tree (binomial reduce and broadcast), ring (reduce-scatter
 and allgather), recursive_doubling, rabenseifner (recursive halving), pof2 (non-powers of two),
-check (agreement of the ranks), cost (the alpha-beta-gamma model), simulated, bench.
+check (agreement of the ranks), cost (the alpha-beta-gamma model), simulated, bench; the virtual-time
+cluster: trace (each rank's calls, from the real code), replay (virtual time), network, flows.
 """
 
 from collectives import cost, naive, rabenseifner, recursive_doubling, ring, tree
@@ -19,6 +21,7 @@ from collectives.common import OPS
 from collectives.cost import ALGORITHMS
 from collectives.dispatch import allgather, allreduce, choose_algorithm, reduce_scatter
 from collectives.naive import gather, scatter
+from collectives.replay import allreduce_time
 from collectives.simulated import DeadlockError, SimulatedComm, SimulationResult, simulate
 from collectives.tree import broadcast, reduce
 
@@ -31,6 +34,7 @@ __all__ = [
     "SimulationResult",
     "allgather",
     "allreduce",
+    "allreduce_time",
     "broadcast",
     "choose_algorithm",
     "cost",

@@ -27,14 +27,23 @@ TAG_EXCHANGE = 9  # recursive-doubling allreduce (whole vectors)
 TAG_HEADERS = 10  # every rank's header, after a failed handshake or for broadcast and scatter (check.py)
 
 
-@functools.lru_cache(maxsize=256)
 def reduction(op: str, dtype: np.dtype) -> np.ufunc:
     """The ufunc of ``op`` after checking that it means something for ``dtype``.
 
     Integers and floats take all four ops; complex numbers have no order (no max/min); for bool,
     NumPy's add is a logical or, not a count, so sum/prod are refused while max (any) and min (all)
     are allowed. Anything else (object, strings, datetimes) is not a number to reduce.
+
+    An op that is not a name but an object marked ``traced`` (trace.py's stand-in for a ufunc,
+    which counts the bytes it would reduce and computes nothing) is returned as it is.
     """
+    if getattr(op, "traced", False):
+        return op  # type: ignore[return-value]
+    return _reduction(op, dtype)
+
+
+@functools.lru_cache(maxsize=256)
+def _reduction(op: str, dtype: np.dtype) -> np.ufunc:
     if op not in OPS:
         raise ValueError(f"unknown op {op!r}: expected one of {', '.join(OPS)}")
     dtype = np.dtype(dtype)

@@ -25,6 +25,7 @@ total; the tests hold the simulator's message record to these numbers.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from dataclasses import dataclass
@@ -59,6 +60,34 @@ class CostParams:
 # gamma 0.06-0.15 ns/B.
 DEFAULT = CostParams(alpha=5e-6, beta=3e-10, gamma=7e-11)
 _params = DEFAULT
+
+
+def save_params(params: CostParams, path: str, **about: Any) -> None:
+    """Write ``params`` as JSON ({"alpha": s, "beta": s/B, "gamma": s/B, ...}); ``about`` adds fields (p, host, ...)."""
+    with open(path, "w") as f:
+        json.dump({"alpha": params.alpha, "beta": params.beta, "gamma": params.gamma, **about}, f, indent=2)
+        f.write("\n")
+
+
+def load_params(path: str) -> CostParams:
+    """The CostParams saved by ``save_params`` (python -m collectives.calibrate --out PATH).
+
+    Refuses, naming the file and the field, anything but finite non-negative numbers for alpha, beta, gamma.
+    """
+    with open(path) as f:
+        try:
+            data = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: not a calibration file (JSON): {e}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not a calibration file: expected a JSON object with alpha, beta and gamma")
+    values = []
+    for key in ("alpha", "beta", "gamma"):
+        value = data.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise ValueError(f"{path}: {key} must be a finite non-negative number (seconds), got {value!r}")
+        values.append(float(value))
+    return CostParams(*values)
 
 
 def get_params() -> CostParams:
