@@ -29,8 +29,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import json
 import os
 import re
 import resource
@@ -47,12 +45,12 @@ import numpy as np  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from collectives.cost import load_params  # noqa: E402
 from minidl.simulate import (  # noqa: E402
     Cluster,
     NodeSpec,
     TaskOptions,
     described,
-    load_params,
     profile_task,
     scaling,
     simulate_step,  # noqa: E402
@@ -77,22 +75,8 @@ def run(cmd: list[str], timeout: float) -> str:
 
 
 def calibrate(p: int, path: str) -> None:
-    """alpha, beta, gamma measured among p ranks here, written to ``path`` (JSON)."""
-    if importlib.util.find_spec("collectives.calibrate") is not None:
-        run([mpiexec(), "-n", str(p), sys.executable, "-m", "collectives.calibrate", "--out", path], 600)
-    else:  # until collectives.calibrate is merged: the cost model's own calibration, written here
-        run([mpiexec(), "-n", str(p), sys.executable, os.path.abspath(__file__), "--calibrate-worker", path], 600)
-
-
-def calibrate_worker(path: str) -> None:
-    from mpi4py import MPI
-
-    from collectives import cost
-
-    params = cost.calibrate(MPI.COMM_WORLD)
-    if MPI.COMM_WORLD.Get_rank() == 0:
-        with open(path, "w") as f:
-            json.dump({"alpha": params.alpha, "beta": params.beta, "gamma": params.gamma}, f)
+    """alpha, beta, gamma measured among p ranks here (``python -m collectives.calibrate``), saved to ``path``."""
+    run([mpiexec(), "-n", str(p), sys.executable, "-m", "collectives.calibrate", "--out", path], 600)
 
 
 RATE = re.compile(r"steps in [\d:]+(?: on \d+ ranks)?, ([\d,]+) words/s")
@@ -235,14 +219,10 @@ def main() -> None:
     ap.add_argument("--profile-steps", type=int, default=10)
     ap.add_argument("--networks", default="1gbe,10gbe,25gbe,ib-fdr", help="(a): networks to try")
     ap.add_argument("--cirrus-network", default="ib-fdr")
-    ap.add_argument("--zenith-network", default="opa100")
+    ap.add_argument("--zenith-network", default="omnipath100")
     ap.add_argument("--resnet50-rate", type=float, default=100.0, help="(c): images/s of one Skylake node")
     ap.add_argument("--quick", action="store_true", help="1 repeat, 30 steps, the small model only")
-    ap.add_argument("--calibrate-worker", metavar="OUT", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.calibrate_worker:
-        calibrate_worker(args.calibrate_worker)
-        return
     if args.quick:
         args.repeats, args.steps, args.profile_steps = 1, 30, 3
     if args.part in ("here", "all"):

@@ -13,7 +13,7 @@ for row in scaling(prof, [1, 2, 4, 8], "ring", "crossbar"):
     print(row.nodes, row.rate, row.efficiency)
 """
 
-from minidl.simulate.network import allreduce_time, load_params
+from minidl.simulate.network import allreduce_time
 from minidl.simulate.node import NodeSpec
 from minidl.simulate.profile import BucketProfile, Profile, capture, described, gradient_clock
 from minidl.simulate.step import Cluster, Row, StepTime, scaling, simulate_step, step_time
@@ -31,7 +31,6 @@ __all__ = [
     "capture",
     "described",
     "gradient_clock",
-    "load_params",
     "profile_task",
     "scaling",
     "simulate_step",

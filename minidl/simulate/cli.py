@@ -18,8 +18,8 @@ import json
 import sys
 from typing import Any
 
-from collectives.cost import get_params
-from minidl.simulate.network import ALGORITHMS, allreduce_time, load_params
+from collectives.cost import get_params, load_params
+from minidl.simulate.network import ALGORITHMS, allreduce_time
 from minidl.simulate.node import NodeSpec
 from minidl.simulate.profile import Profile, described
 from minidl.simulate.step import Row, scaling
@@ -179,7 +179,10 @@ def run(args: argparse.Namespace) -> list[Row]:
     bad = [a for a in algorithms if a not in ALGORITHMS]
     if bad:
         raise UsageError(f"--allreduce: unknown {', '.join(bad)}; known: {', '.join(ALGORITHMS)}")
-    params = load_params(args.params) if args.params else None
+    try:
+        params = load_params(args.params) if args.params else None
+    except (OSError, ValueError) as e:
+        raise UsageError(f"--params: {e}") from None
     networks = [n.strip() for n in args.network.split(",")]
     options = network_options(args)
     for network in networks:  # an unknown name or topology fails here, in one line, before the profile is measured

@@ -1,17 +1,16 @@
 """The one door to the collectives' virtual-time cluster: the seconds of one allreduce.
 
 ``allreduce_time(algorithm, p, nbytes, network, params, **options)`` asks
-``collectives.allreduce_time`` (each rank's calls traced from the real algorithm code, replayed in
-virtual time on a network model: links, topologies, contention, named presets). Until that is merged
-this falls back to the closed-form alpha-beta-gamma cost ``collectives.cost.predict`` on a
-contention-free ``crossbar`` (the two agree there: the replay's property test).
+``collectives.allreduce_time``: each rank's calls traced from the real algorithm code and replayed in
+virtual time on a network model (named links with their sources, topologies, nodes of several ranks,
+max-min fair contention; ``crossbar`` is cost.py's closed form exactly). Results are cached.
 
-"auto" here is the algorithm the simulation finds fastest for this size and network.
+"auto" here is the algorithm the simulation finds fastest for this size and network (``collectives``'
+own "auto" is the cost model's choice, which ignores the topology).
 """
 
 from __future__ import annotations
 
-import json
 from functools import lru_cache
 from typing import Any
 
@@ -19,16 +18,6 @@ import collectives
 from collectives import cost
 
 ALGORITHMS = (*cost.ALGORITHMS, "auto")
-
-
-def load_params(path: str) -> cost.CostParams:
-    """Cost parameters (alpha s/message, beta s/byte, gamma s/byte) from a calibration JSON file."""
-    with open(path) as f:
-        data = json.load(f)
-    missing = [k for k in ("alpha", "beta", "gamma") if k not in data]
-    if missing:
-        raise ValueError(f"{path}: not a calibration file (no {', '.join(missing)}); write one with calibrate")
-    return cost.CostParams(float(data["alpha"]), float(data["beta"]), float(data["gamma"]))
 
 
 def allreduce_time(
@@ -53,10 +42,4 @@ def allreduce_time(
 
 @lru_cache(maxsize=4096)
 def _cached(algorithm: str, p: int, nbytes: int, network: Any, params: Any, options: tuple) -> float:
-    replay = getattr(collectives, "allreduce_time", None)
-    if replay is not None:
-        return float(replay(algorithm, p, nbytes, network, params, **dict(options)))
-    # fallback until collectives.allreduce_time is merged: the closed form on a crossbar (every link alike)
-    if network != "crossbar" or any(k != "ranks_per_node" for k, _ in options):
-        raise ValueError(f"unknown network {network!r}: only 'crossbar' until collectives.allreduce_time is merged")
-    return cost.predict(algorithm, p, nbytes, params)
+    return float(collectives.allreduce_time(algorithm, p, nbytes, network, params, **dict(options)))
