@@ -15,8 +15,8 @@ every write stamps ``time.perf_counter()`` for its parameter; a parameter's grad
 last write, and a bucket is ready when the last of its parameters is (the output layer's bucket early
 in the backward, the embedding's at its very end). The stamps cost ~1 us per write, included in the
 measured backward. Each bucket's local work around its allreduce (packing the gradients into the
-fusion buffer and unpacking the result) is timed too, with ``dist.allreduce_buckets`` on a one-rank
-communicator. All times are medians over the profiled steps after a warm-up step.
+fusion buffer, unpacking and scaling the result: ``DistributedOptimizer``'s own ``fusion.pack`` and
+``unpack``) is timed too. All times are medians over the profiled steps after a warm-up step.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 import minidl.distributed as dist
+from minidl.distributed.data_parallel import fusion  # pack / unpack: DistributedOptimizer's own copies
 from minidl.nn.module import Module
 from minidl.optim.optimizer import Optimizer
 
@@ -204,9 +205,9 @@ def _one_step(
     t2 = time.perf_counter()
     ready = [max((stamps.get(id(p), t1) for p in b.params), default=t1) - t1 for b in buckets]
     packs = []
-    for b in buckets:
+    for b in buckets:  # the copies around a bucket's allreduce (the allreduce itself is the network's)
         s = time.perf_counter()
-        dist.allreduce_buckets([b], OneRank(), "ring", 1.0, check=False)
+        fusion.unpack(b, fusion.pack(b), 1.0 / 2)  # as DistributedOptimizer scales by 1/P (gradients halved)
         packs.append(time.perf_counter() - s)
     t3 = time.perf_counter()
     update()
