@@ -140,10 +140,11 @@ def predict(algorithm: str, p: int, nbytes: float, params: CostParams | None = N
     return t.rounds * c.alpha + t.sent * c.beta + t.reduced * c.gamma
 
 
-def predict_check(p: int, params: CostParams | None = None, message_bytes: int = 144) -> float:
-    """Predicted seconds of the agreement check: a recursive-doubling handshake of 144-byte messages.
+def predict_check(p: int, params: CostParams | None = None, message_bytes: int = 112) -> float:
+    """Predicted seconds of the agreement check: a recursive-doubling handshake of 112-byte messages.
 
-    (log2 p' + 2d) (alpha + 144 beta): check.handshake without data (128-byte header + status word).
+    (log2 p' + 2d) (alpha + 112 beta): agreement.handshake without data (the header of a 1-d array,
+    88 + 8 bytes, and the 16-byte status word).
     Recursive doubling carries its short data in the handshake and pays no check of its own.
     """
     c = params or _params
@@ -231,7 +232,7 @@ def _round_time(comm: Any, repeats: int) -> float:
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        allreduce(comm, x, check=False)
+        allreduce(comm, x, np.add)
         times.append(time.perf_counter() - t0)
     return float(np.median(times)) / (2 * (comm.Get_size() - 1))
 
@@ -254,7 +255,7 @@ def calibrate(comm: Any, large: int = 1 << 24, repeats: int = 10, apply: bool = 
         values[0] = max(alpha, _round_time(comm, repeats * 10))
         values[1] = max(_exchange_time(comm, large, repeats, batch=3, buffers=3) - alpha, 0.0) / large
     values[2] = _reduction_time(large, repeats)
-    params = CostParams(*map(float, allreduce(comm, values, op="max", check=False)))
+    params = CostParams(*map(float, allreduce(comm, values, np.maximum)))
     if apply:
         set_params(params)
     return params

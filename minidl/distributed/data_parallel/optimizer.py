@@ -121,7 +121,7 @@ class DistributedOptimizer(Optimizer):
         if self.comm.Get_size() == 1:
             return
         from collectives.common import TAG_CHECK
-        from collectives.pof2 import allgather_blocks
+        from collectives.fold import allgather_blocks
 
         # each setting as an integer code: (name, code, decode)
         codes = [
