@@ -69,12 +69,12 @@ def test_profile_of_a_tiny_model():
 def test_gradient_clock_stamps_every_parameter_and_restores():
     import importlib
 
-    module = importlib.import_module("minidl.tensor")
-    original = module._accumulate_leaf
+    module = importlib.import_module("minidl.autograd")
+    original = module.accumulate_grad
     model = tiny_mlp()
     with gradient_clock() as stamps:
         model(minidl.tensor(np.ones((2, 8), np.float32))).sum().backward()
-    assert module._accumulate_leaf is original
+    assert module.accumulate_grad is original
     assert set(stamps) == {id(p) for p in model.parameters()}
     first, last = model[0].weight, model[4].weight
     assert stamps[id(last)] <= stamps[id(first)]

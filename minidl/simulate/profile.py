@@ -10,7 +10,7 @@ everything else: the forward, backward and update times, the fusion plan (the bu
 ready during the backward**, which is what overlapping communication with the backward can use.
 
 How the ready times are measured: minidl's backward writes a parameter's gradient in one place,
-``minidl.tensor._accumulate_leaf``. While profiling, ``gradient_clock()`` wraps that function so that
+``minidl.autograd.accumulate_grad``. While profiling, ``gradient_clock()`` wraps that function so that
 every write stamps ``time.perf_counter()`` for its parameter; a parameter's gradient is final at its
 last write, and a bucket is ready when the last of its parameters is (the output layer's bucket early
 in the backward, the embedding's at its very end). The stamps cost ~1 us per write, included in the
@@ -36,7 +36,7 @@ from minidl.distributed.data_parallel import fusion  # pack / unpack: Distribute
 from minidl.nn.module import Module
 from minidl.optim.optimizer import Optimizer
 
-_tensor = importlib.import_module("minidl.tensor")  # the module (``minidl.tensor`` the attribute is the factory)
+_autograd = importlib.import_module("minidl.autograd")  # where backward writes the leaves' gradients
 
 
 @dataclass(frozen=True)
@@ -158,20 +158,20 @@ def described(
 @contextmanager
 def gradient_clock() -> Iterator[dict[int, float]]:
     """Within the block, {id(parameter): time of the last write of its gradient} (see the module doc)."""
-    original = getattr(_tensor, "_accumulate_leaf", None)
+    original = getattr(_autograd, "accumulate_grad", None)
     if original is None:
-        raise RuntimeError("minidl.tensor._accumulate_leaf is gone: update minidl.simulate.profile.gradient_clock")
+        raise RuntimeError("minidl.autograd.accumulate_grad is gone: update minidl.simulate.profile.gradient_clock")
     stamps: dict[int, float] = {}
 
     def timed(t: Any, g: Any) -> None:
         original(t, g)
         stamps[id(t)] = time.perf_counter()
 
-    _tensor._accumulate_leaf = timed
+    _autograd.accumulate_grad = timed
     try:
         yield stamps
     finally:
-        _tensor._accumulate_leaf = original
+        _autograd.accumulate_grad = original
 
 
 class OneRank:
