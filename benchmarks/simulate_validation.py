@@ -46,6 +46,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from collectives.cost import load_params  # noqa: E402
+from minidl.measure import busy_note  # noqa: E402
 from minidl.simulate import (  # noqa: E402
     Cluster,
     NodeSpec,
@@ -126,6 +127,9 @@ def part_here(args: argparse.Namespace) -> None:
         m, q = np.median(measured[p]), np.median(predicted[p])
         spread = lambda v: f"[{min(v):,.0f}-{max(v):,.0f}]"  # noqa: E731
         print(f"{p:>3}{m:>12,.0f} {spread(measured[p]):>15}{q:>12,.0f} {spread(predicted[p]):>15}{q / m:>19.2f}x")
+    print(f"measured: {busy_note({str(p): v for p, v in measured.items()})}; predicted: "
+          f"{busy_note({str(p): v for p, v in predicted.items()})}; load average now {os.getloadavg()[0]:.1f} "
+          f"on {cores} cores")  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- 2. the articles
