@@ -19,6 +19,7 @@ import sys
 from typing import Any
 
 from collectives.cost import get_params, load_params
+from collectives.network import known_networks
 from minidl.simulate.network import ALGORITHMS, allreduce_time
 from minidl.simulate.node import NodeSpec
 from minidl.simulate.profile import Profile, described
@@ -35,7 +36,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("task", choices=("lm", "cnn"), help="the training program whose step is simulated")
     c = p.add_argument_group("cluster")
     c.add_argument("--nodes", default="1,2,4,8,16,32", help="node counts, comma-separated (default 1,...,32)")
-    c.add_argument("--network", default="crossbar", help="network preset(s), comma-separated (default crossbar)")
+    c.add_argument(
+        "--network",
+        default="crossbar",
+        help=f"network(s), comma-separated: {', '.join(known_networks())} (default crossbar: cost.py's model)",
+    )
     c.add_argument("--allreduce", default="ring", help=f"algorithm(s), comma-separated: {', '.join(ALGORITHMS)}")
     c.add_argument("--topology", help="switch (default for a named network), crossbar, fattree, torus2d, torus3d")
     c.add_argument("--oversubscription", help="fat tree: leaf uplink oversubscription (1: full bisection)")
