@@ -15,7 +15,7 @@
 # # 07 - Parameter servers, asynchronous SGD and local SGD: the other ways to do data parallelism
 #
 # Tutorial 05 trained data-parallel with an **allreduce**: every rank averages gradients with every other,
-# then all take the same step. Seed 003 (Singh 2017, "Scaling in the Deep Learning Applications") lists the
+# then all take the same step. Singh, "Scaling in the Deep Learning Applications" (2017) lists the
 # choices behind that design, each with an alternative:
 #
 # - **synchronous vs asynchronous**: tutorial 05 has everyone wait for everyone at every step; in
@@ -29,7 +29,7 @@
 # writing shared parameters (bandwidth being scarce, and shared with other jobs), the cost of barriers when
 # machines are slow, and **fault tolerance** at scale. We build each scheme (`minidl.distributed.parameter_server`,
 # `local_sgd`), check the synchronous ones are exact, count their bytes on the wire, watch the staleness of
-# asynchronous updates, and race all four on one task (`minidl.distributed.compare`).
+# asynchronous updates, and race all four on one task (`benchmarks/compare.py`).
 #
 # Run: `mpiexec -n 3 python tutorials/07_parameter_server_and_async.py` (`--quick`: seconds). Rank 0 is the
 # server in the parameter-server sections, so at least 2 ranks are needed; 3 or more show asynchrony.
@@ -43,15 +43,18 @@ import numpy as np
 import minidl
 import minidl.distributed as dist
 import minidl.nn.functional as F
-from minidl import nn, optim
-from minidl.distributed import compare as C
+from minidl import nn, optim, tutorial
 
-QUICK = "--quick" in sys.argv or os.environ.get("MINIDL_QUICK") == "1"
+# the experiment harness that races the schemes lives with the benchmarks (benchmarks/compare.py)
+sys.path.insert(0, str(tutorial.TUTORIALS.parent / "benchmarks"))
+import compare as C  # noqa: E402
+
+QUICK = tutorial.quick()  # --quick or MINIDL_QUICK=1 (how a notebook is told)
 comm = dist.init()  # MPI.COMM_WORLD
 P, RANK = dist.size(), dist.rank()
-if P < 2:
-    raise SystemExit("run me with at least 2 ranks: mpiexec -n 3 python tutorials/07_parameter_server_and_async.py")
-OUT = os.environ.get("MINIDL_TUTORIAL_OUT", os.path.join(os.path.dirname(os.path.abspath(__file__)), "out"))
+OUT = str(tutorial.out_dir())
+# Under mpiexec the lesson goes on; in a notebook it runs itself under `mpiexec -n 3` and shows rank 0's output.
+ON_RANKS = tutorial.need_ranks(3, "07_parameter_server_and_async.py", P)
 
 
 def say(*args):
@@ -59,7 +62,8 @@ def say(*args):
         print(*args, flush=True)
 
 
-say(f"{P} ranks: in the parameter-server runs rank 0 is the server and ranks 1..{P - 1} are workers")
+if ON_RANKS:
+    say(f"{P} ranks: in the parameter-server runs rank 0 is the server and ranks 1..{P - 1} are workers")
 
 # %% [markdown]
 # ## 1. A synchronous parameter server is the same algorithm as allreduce averaging
@@ -128,7 +132,7 @@ assert err < 1e-8
 # Per step a worker sends one gradient and receives one copy of the parameters: 2 x model bytes, like
 # an allreduce rank (a ring allreduce sends and receives 2(P-1)/P x model each way: about 4 x model in and
 # out together). But the *server* receives W gradients and sends W copies: **2W x model per step**, growing
-# with the number of workers, while an allreduce rank's traffic stays flat. This is the bottleneck seed 003
+# with the number of workers, while an allreduce rank's traffic stays flat. This is the bottleneck Singh (2017)
 # points at: workers reading and writing shared parameters all the time need a great deal of bandwidth. Sharding the
 # parameters over S servers (`num_servers=S`, whole tensors balanced by size) divides it by S, at the price
 # of S ranks that compute no gradients. Predicted, for a 1 MB model:
@@ -143,11 +147,11 @@ for p in (8, 16, 64, 256):
     )
 
 # %% [markdown]
-# The bytes are counted, not just predicted: `dist.TrafficComm(comm)` wraps a communicator and adds up
+# The bytes are counted, not just predicted: `dist.CountingComm(comm)` wraps a communicator and adds up
 # what each rank sends to each other rank; one exchange gives the whole traffic matrix.
 
 # %%
-counted = dist.TrafficComm(comm)
+counted = dist.CountingComm(comm)
 model = make_model()
 steps = 4
 if dist.is_server(counted):
@@ -226,10 +230,7 @@ if RANK == 0:
         ax.bar(np.arange(len(h)) + 0.27 * (k - 1), h, width=0.27, label=name)
     ax.set(xlabel="staleness (updates missed)", ylabel="gradients applied", title=f"asynchronous PS, {W} workers")
     ax.legend()
-    os.makedirs(OUT, exist_ok=True)
-    fig.savefig(os.path.join(OUT, "07_staleness.png"), dpi=100, bbox_inches="tight")
-    plt.close(fig)
-    say(f"staleness histogram: {os.path.join(OUT, '07_staleness.png')}")
+    tutorial.show(fig, "07_staleness.png")
 
 # %% [markdown]
 # A staleness bound (as in stale-synchronous parallel, Ho et al. 2013) caps the damage: the server refuses
@@ -298,7 +299,7 @@ if RANK == 0:
 #
 # ## 6. Fault tolerance
 #
-# Seed 003 stresses that fault tolerance matters at scale, where machines in a large cluster or a cloud can
+# Singh (2017) stresses that fault tolerance matters at scale, where machines in a large cluster or a cloud can
 # fail or be preempted. The schemes fail differently:
 #
 # - **Allreduce** (and every synchronous collective scheme) is all-or-nothing: a rank that dies leaves the

@@ -1,0 +1,297 @@
+"""Make every rank start from rank 0's state: parameters, buffers, optimizer state.
+
+Data parallelism keeps P replicas of one model in step; they must start identical (and after a
+resume, identical to the checkpoint), so the root's state is broadcast before training. The state
+goes as one byte buffer (``encode``: a JSON header plus the raw array bytes) through
+``collectives.broadcast``, a binomial tree of buffer-based Send/Recv, never pickle (the buffer's
+length travels first, in the broadcast's agreement check). The receivers check it
+against their own layout with ``load_state_dict`` (strict), so replicas built differently on
+different ranks give an error naming the mismatched keys instead of silently diverging. An
+optimizer's state travels with the root's layout (optimizer class, parameter groups, their
+hyperparameter names and parameter shapes), since ``load_state_dict`` alone would take Adam's
+state into an SGD. A rank that cannot take the root's state raises its error, and every other rank
+a ``MismatchError`` quoting it, so no rank walks on into a collective the failed one never joins.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from minidl.distributed.comm import get_comm
+from minidl.nn.module import Module
+from minidl.optim.optimizer import Optimizer
+
+# ----------------------------------------------------------------------------- the wire format
+# A state (nested dicts of arrays and numbers) as one byte buffer, for buffer-based MPI calls.
+#
+# Optimizer state, checkpoints and per-rank RNG states travel between ranks as a single ``uint8``
+# array, so they can go through ``Bcast``/``Send``/``Recv`` like any other buffer, never through
+# pickle (which can run code on load). The layout::
+#
+#     [ header length: 8 bytes, little-endian ][ header: JSON, UTF-8 ][ payload: array bytes, 8-aligned ]
+#
+# The header is the tree itself with every ndarray replaced by ``{"__array__": [dtype, shape, offset]}``
+# into the payload. Dict keys become strings (JSON has no others) and tuples become lists, which is
+# what the optimizers' ``load_state_dict`` accepts.
+_ARRAY = "__array__"
+_ALIGN = 8
+
+
+def encode(tree: Any) -> np.ndarray:
+    """Serialize ``tree`` (dicts, lists, tuples, ndarrays, numbers, strings, bools, None) to bytes."""
+    chunks: list[np.ndarray] = []
+    offset = 0
+
+    def walk(node: Any, where: str) -> Any:
+        nonlocal offset
+        if isinstance(node, np.ndarray):
+            if node.dtype.kind not in "biufc":
+                raise TypeError(f"encode: array at {where or 'top'} has dtype {node.dtype}; only numeric arrays")
+            data = np.ascontiguousarray(node).view(np.uint8).reshape(-1)
+            ref = {_ARRAY: [node.dtype.str, list(node.shape), offset]}
+            chunks.append(data)
+            padded = -(-data.size // _ALIGN) * _ALIGN
+            if padded > data.size:
+                chunks.append(np.zeros(padded - data.size, np.uint8))
+            offset += padded
+            return ref
+        if isinstance(node, dict):
+            return {str(k): walk(v, f"{where}.{k}" if where else str(k)) for k, v in node.items()}
+        if isinstance(node, (list, tuple)):
+            return [walk(v, f"{where}[{i}]") for i, v in enumerate(node)]
+        if isinstance(node, np.generic):
+            return node.item()
+        if node is None or isinstance(node, (bool, int, float, str)):
+            return node
+        raise TypeError(f"encode: cannot send a {type(node).__name__} (at {where or 'top'})")
+
+    header = json.dumps(walk(tree, ""), separators=(",", ":")).encode("utf-8")
+    pad = -len(header) % _ALIGN
+    head = np.frombuffer(np.array([len(header) + pad], dtype="<u8").tobytes() + header + b" " * pad, np.uint8)
+    return np.concatenate([head, *chunks]) if chunks else head.copy()
+
+
+def decode(buf: np.ndarray) -> Any:
+    """The tree ``encode`` made (arrays are fresh copies, not views of ``buf``)."""
+    buf = np.asarray(buf, dtype=np.uint8).reshape(-1)
+    if buf.size < 8:
+        raise ValueError(f"decode: a buffer of {buf.size} bytes is too short to hold a header")
+    n = int(buf[:8].view("<u8")[0])
+    if 8 + n > buf.size:
+        raise ValueError(f"decode: header of {n} bytes does not fit in a buffer of {buf.size} bytes")
+    tree = json.loads(buf[8 : 8 + n].tobytes().decode("utf-8"))
+    payload = buf[8 + n :]
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, dict):
+            if set(node) == {_ARRAY}:
+                dtype, shape, offset = node[_ARRAY]
+                dtype = np.dtype(dtype)
+                nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+                return payload[offset : offset + nbytes].view(dtype).reshape(shape).copy()
+            return {k: walk(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return node
+
+    return walk(tree)
+
+
+# ----------------------------------------------------------------------------- broadcast, gather, scatter
+_TAG = 7301  # point-to-point tag of gather/scatter of states (clear of the collectives' tags)
+
+
+def broadcast_buffer(buf: np.ndarray | None, root: int = 0, comm: Any = None) -> np.ndarray:
+    """The root's 1-D ``uint8`` buffer on every rank (the others pass None: its size comes along)."""
+    import collectives
+
+    comm = get_comm(comm)
+    if comm.Get_size() == 1:
+        return buf
+    return collectives.broadcast(comm, buf if comm.Get_rank() == root else None, root=root)
+
+
+def broadcast_state(tree: Any, root: int = 0, comm: Any = None) -> Any:
+    """The root's ``tree`` (nested dicts/lists of arrays and numbers) on every rank; others may pass None."""
+    comm = get_comm(comm)
+    if comm.Get_size() == 1:
+        return tree
+    buf = encode(tree) if comm.Get_rank() == root else None
+    return decode(broadcast_buffer(buf, root, comm))
+
+
+def _fail_together(comm: Any, what: str, load: Any) -> None:
+    """Run ``load()`` on this rank; if it raises on any rank, raise on every rank (the failed ones their own error,
+    the others a MismatchError naming them), so no rank walks on into a collective the failed ones never join."""
+    from collectives import MismatchError, allreduce
+
+    error = None
+    try:
+        load()
+    except (KeyError, ValueError, TypeError) as e:
+        error = e
+    if comm.Get_size() > 1:
+        rank = comm.Get_rank()
+        flags = np.zeros(comm.Get_size(), dtype=np.int64)
+        flags[rank] = error is not None
+        failed = np.flatnonzero(allreduce(comm, flags)).tolist()
+        # each failed rank tells the others why (only when something failed: no cost otherwise)
+        reasons = [broadcast_state(_message(error) if r == rank else None, r, comm) for r in failed]
+        if failed and error is None:
+            raise MismatchError(
+                f"{what}: ranks {failed} could not take the root's state:\n  "
+                + "\n  ".join(f"rank {r}: {reason}" for r, reason in zip(failed, reasons))
+            )
+    if error is not None:
+        raise error
+
+
+def _message(error: Exception) -> str:
+    return f"{type(error).__name__}: {error.args[0] if isinstance(error, KeyError) else error}"
+
+
+def broadcast_parameters(module_or_state: Module | dict[str, np.ndarray], root: int = 0, comm: Any = None) -> None:
+    """Overwrite every rank's parameters and buffers with the root's (in place).
+
+    ``module_or_state`` is a Module (parameters and buffers, e.g. BatchNorm's running statistics)
+    or a dict name -> ndarray, whose arrays are overwritten in place. A rank whose model differs from the
+    root's raises its error, and every other rank a MismatchError.
+    """
+    comm = get_comm(comm)
+    if isinstance(module_or_state, Module):
+        state = broadcast_state(module_or_state.state_dict(), root, comm)
+        load = lambda: module_or_state.load_state_dict(state, strict=True)  # noqa: E731
+    elif isinstance(module_or_state, dict):
+        state = broadcast_state({k: np.asarray(v) for k, v in module_or_state.items()}, root, comm)
+        load = lambda: _copy_into(module_or_state, state, comm.Get_rank())  # noqa: E731
+    else:
+        raise TypeError(f"broadcast_parameters: expected a Module or a dict of arrays, got {type(module_or_state)}")
+    _fail_together(comm, "broadcast_parameters", load if comm.Get_rank() != root else lambda: None)
+
+
+def _copy_into(arrays: dict[str, np.ndarray], state: dict[str, np.ndarray], rank: int) -> None:
+    """Overwrite ``arrays`` in place with the root's ``state`` (same keys and shapes, else an error)."""
+    mine, theirs = set(arrays), set(state)
+    if mine != theirs:
+        raise KeyError(
+            f"broadcast_parameters: rank {rank} has keys {sorted(mine - theirs)} the root lacks and "
+            f"lacks {sorted(theirs - mine)}"
+        )
+    for k, v in state.items():
+        target = arrays[k]
+        if np.shape(target) != v.shape:
+            raise ValueError(f"broadcast_parameters: {k} has shape {np.shape(target)} here, {v.shape} on the root")
+        target[...] = v
+
+
+def broadcast_optimizer_state(optimizer: Optimizer, root: int = 0, comm: Any = None) -> None:
+    """Give every rank the root's optimizer state (momentum buffers, Adam moments, step counts, lr).
+
+    Every rank's optimizer must be built as the root's: the same class (the wrapped one, for a
+    DistributedOptimizer or LocalSGD), parameter groups with the same hyperparameter names, and
+    parameters of the same shapes. A rank whose optimizer differs raises a ValueError naming the
+    differences, and every other rank a MismatchError quoting it.
+    """
+    comm = get_comm(comm)
+    rank = comm.Get_rank()
+    layout = optimizer_layout(optimizer)
+    mine = {"layout": layout, "state_dict": optimizer.state_dict()} if rank == root else None
+    root_state = broadcast_state(mine, root, comm)
+
+    def load() -> None:
+        differences = layout_differences(root_state["layout"], layout, root_state["state_dict"])
+        if differences:
+            raise ValueError(
+                f"broadcast_optimizer_state: rank {rank}'s optimizer differs from the root's: " + "; ".join(differences)
+            )
+        optimizer.load_state_dict(root_state["state_dict"])
+
+    _fail_together(comm, "broadcast_optimizer_state", load if rank != root else lambda: None)
+
+
+def optimizer_layout(optimizer: Any) -> dict[str, Any]:
+    """What two ranks' optimizers must share for one to take the other's state: the class of the innermost
+    optimizer (under DistributedOptimizer or LocalSGD wrappers), and per group its hyperparameter names
+    and its parameters' shapes."""
+    inner = optimizer
+    while hasattr(inner, "optimizer"):
+        inner = inner.optimizer
+    return {
+        "class": type(inner).__name__,
+        "groups": [
+            {"hyperparameters": sorted(k for k in g if k != "params"), "shapes": [list(p.shape) for p in g["params"]]}
+            for g in optimizer.param_groups
+        ],
+    }
+
+
+def layout_differences(root: dict[str, Any], mine: dict[str, Any], root_state_dict: dict[str, Any]) -> list[str]:
+    """How this rank's ``optimizer_layout`` differs from the root's, in words (empty: it does not)."""
+    out = []
+    if root["class"] != mine["class"]:
+        keys = sorted({k for entries in root_state_dict["state"].values() for k in entries})
+        kept = f" (per-parameter state {keys})" if keys else ""
+        out.append(f"optimizer class: {root['class']} on the root{kept}, {mine['class']} here")
+    if len(root["groups"]) != len(mine["groups"]):
+        return out + [f"{len(root['groups'])} parameter groups on the root, {len(mine['groups'])} here"]
+    for g, (theirs, ours) in enumerate(zip(root["groups"], mine["groups"])):
+        names_root, names_here = set(theirs["hyperparameters"]), set(ours["hyperparameters"])
+        if names_root != names_here:
+            out.append(
+                f"group {g} hyperparameters: {sorted(names_root - names_here)} only on the root, "
+                f"{sorted(names_here - names_root)} only here"
+            )
+        if len(theirs["shapes"]) != len(ours["shapes"]):
+            out.append(f"group {g}: {len(theirs['shapes'])} parameters on the root, {len(ours['shapes'])} here")
+            continue
+        out += [
+            f"group {g} parameter {i}: shape {tuple(a)} on the root, {tuple(b)} here"
+            for i, (a, b) in enumerate(zip(theirs["shapes"], ours["shapes"]))
+            if a != b
+        ]
+    return out
+
+
+def send_state(tree: Any, dest: int, comm: Any = None) -> None:
+    """Send ``tree`` to rank ``dest`` (its length, then its bytes)."""
+    comm = get_comm(comm)
+    buf = encode(tree)
+    comm.Send(np.array([buf.size], dtype=np.int64), dest=dest, tag=_TAG)
+    comm.Send(buf, dest=dest, tag=_TAG)
+
+
+def recv_state(source: int, comm: Any = None) -> Any:
+    """Receive the tree rank ``source`` sent with ``send_state``."""
+    comm = get_comm(comm)
+    n = np.zeros(1, dtype=np.int64)
+    comm.Recv(n, source=source, tag=_TAG)
+    buf = np.empty(int(n[0]), dtype=np.uint8)
+    comm.Recv(buf, source=source, tag=_TAG)
+    return decode(buf)
+
+
+def gather_states(tree: Any, root: int = 0, comm: Any = None) -> list[Any] | None:
+    """Every rank's ``tree`` collected on the root (a list indexed by rank); None on the others."""
+    comm = get_comm(comm)
+    if comm.Get_rank() != root:
+        send_state(tree, root, comm)
+        return None
+    return [tree if r == root else recv_state(r, comm) for r in range(comm.Get_size())]
+
+
+def scatter_states(trees: list[Any] | None, root: int = 0, comm: Any = None) -> Any:
+    """Rank r gets ``trees[r]`` from the root (the inverse of ``gather_states``)."""
+    comm = get_comm(comm)
+    rank, size = comm.Get_rank(), comm.Get_size()
+    if rank != root:
+        return recv_state(root, comm)
+    if trees is None or len(trees) != size:
+        got = "None" if trees is None else f"{len(trees)} states"
+        raise ValueError(f"scatter_states: the root needs one state per rank ({size}), got {got}")
+    for r in range(size):
+        if r != root:
+            send_state(trees[r], r, comm)
+    return trees[root]
