@@ -66,7 +66,9 @@ def report(rounds: list[dict[str, dict | None]], impls: list[str], key: str, uni
         rs = [r[name] for r in rounds if r.get(name)]
         if rs:
             rss = max(r["peak_rss_mb"] for r in rs)
-            print(f"{name:>7}: {median_spread([r[key] for r in rs])} {unit} over {len(rs)} rounds, peak RSS {rss:,.0f} MB")
+            print(
+                f"{name:>7}: {median_spread([r[key] for r in rs])} {unit} over {len(rs)} rounds, peak RSS {rss:,.0f} MB"
+            )
     both = [(r["minidl"][key], r["torch"][key]) for r in rounds if r.get("minidl") and r.get("torch")]
     if both:
         ratio = statistics.median(a for a, _ in both) / statistics.median(b for _, b in both)
