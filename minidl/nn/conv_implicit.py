@@ -51,9 +51,9 @@ def flat_pad(x: np.ndarray, padding: tuple[int, int], kw: int) -> np.ndarray:
 CHUNK_BYTES = 1 << 18  # per-chunk output block: with its twin temporary it stays in a core's L2 cache
 
 
-def chunk_size(n: int, per_sample_bytes: int) -> int:
-    """Samples per chunk so that one chunk's [nb, O, L] block is about CHUNK_BYTES (at least 1)."""
-    return max(1, min(n, CHUNK_BYTES // max(per_sample_bytes, 1)))
+def chunk_size(n: int, per_sample_bytes: int, budget: int = CHUNK_BYTES) -> int:
+    """Samples per chunk so that one chunk's blocks take about ``budget`` bytes (at least 1 sample)."""
+    return max(1, min(n, budget // max(per_sample_bytes, 1)))
 
 
 def shifted_matmuls(xf: np.ndarray, taps: np.ndarray, row: int, rows: int) -> np.ndarray:
@@ -89,7 +89,7 @@ def shifted_weight_grad(gf: np.ndarray, xf: np.ndarray, kh: int, kw: int, row: i
     n, o, length = gf.shape
     c = xf.shape[1]
     dw = np.zeros((kh, kw, o, c), dtype=gf.dtype)
-    nb = chunk_size(n, (o + c) * length * gf.itemsize)
+    nb = chunk_size(n, (o + c) * length * gf.itemsize, 4 * CHUNK_BYTES)  # gf's and xf's blocks, ~1 MiB (measured)
     for s in range(0, n, nb):
         gc = gf[s : s + nb]
         for i in range(kh):
