@@ -21,7 +21,6 @@ from minidl import nn, optim
 from minidl.distributed.timeout import CommTimeoutError
 
 collectives = pytest.importorskip("collectives")
-from collectives import MismatchError  # noqa: E402
 
 TIMEOUT = 2.0  # seconds a simulated rank may wait before it says so
 
