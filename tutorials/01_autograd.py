@@ -29,15 +29,14 @@
 # as a notebook with Jupytext.
 
 # %%
-import os
-import sys
 
 import numpy as np
 
 import minidl
 import minidl.nn.functional as F
+from minidl import tutorial
 
-QUICK = "--quick" in sys.argv or os.environ.get("MINIDL_QUICK") == "1"
+QUICK = tutorial.quick()  # --quick or MINIDL_QUICK=1 (how a notebook is told)
 minidl.set_default_dtype(np.float64)  # float64 throughout: exact comparisons with hand-made gradients
 rng = np.random.default_rng(0)
 
@@ -280,11 +279,7 @@ if plt is not None:
     ax.contourf(gx, gy, region, alpha=0.25, cmap="coolwarm")
     ax.scatter(X[:, 0], X[:, 1], c=Y, cmap="coolwarm", s=12, edgecolors="k", linewidths=0.3)
     ax.set_title(f"two-layer MLP, {steps} GD steps, accuracy {final_accuracy:.2f}")
-    out_dir = os.environ.get("MINIDL_TUTORIAL_OUT", os.path.join(os.path.dirname(os.path.abspath(__file__)), "out"))
-    os.makedirs(out_dir, exist_ok=True)
-    path = os.path.join(out_dir, "01_autograd_spirals.png")
-    fig.savefig(path, dpi=100, bbox_inches="tight")
-    print("saved", path)
+    tutorial.show(fig, "01_autograd_spirals.png")  # inline in a notebook, saved under tutorials/out
 
 # %% [markdown]
 # ## What to take away

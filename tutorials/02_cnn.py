@@ -25,9 +25,6 @@
 # `python tutorials/02_cnn.py` trains for a few minutes; `--quick` takes seconds. Figures go to `tutorials/out/`.
 
 # %%
-import os
-import sys
-from pathlib import Path
 
 import matplotlib
 
@@ -37,14 +34,12 @@ import numpy as np
 
 import minidl
 import minidl.nn.functional as F
-from minidl import nn
+from minidl import nn, tutorial
 from minidl.data.images import generated_images, make_shapes
 from minidl.nn.im2col import im2col
 from minidl.train import cnn
 
-QUICK = "--quick" in sys.argv or os.environ.get("MINIDL_QUICK") == "1"
-OUT = Path(os.environ.get("MINIDL_TUTORIAL_OUT", Path(__file__).resolve().parent / "out"))
-OUT.mkdir(parents=True, exist_ok=True)
+QUICK = tutorial.quick()  # --quick or MINIDL_QUICK=1 (how a notebook is told)
 minidl.set_default_dtype(np.float64)  # exact comparisons in sections 1-3
 rng = np.random.default_rng(0)
 
@@ -92,8 +87,7 @@ axes[2].set_title("im2col matrix: each patch is a column")
 for ax in axes[:2]:
     ax.set_xticks([])
     ax.set_yticks([])
-fig.savefig(OUT / "02_im2col.png", dpi=100, bbox_inches="tight")
-print("saved", OUT / "02_im2col.png")
+tutorial.show(fig, "02_im2col.png")
 
 # %% [markdown]
 # The convolution is then one product, and it equals both `F.conv2d` and the six loops of the definition
@@ -189,8 +183,7 @@ for ax, img, lab in zip(axes.flat, data.x_train, data.y_train):
     ax.imshow(img[0], cmap="gray")
     ax.set_title(", ".join(c for c, v in zip(data.classes, lab) if v) or "(none)", fontsize=8)
     ax.axis("off")
-fig.savefig(OUT / "02_shapes.png", dpi=100, bbox_inches="tight")
-print("saved", OUT / "02_shapes.png")
+tutorial.show(fig, "02_shapes.png")
 
 # %% [markdown]
 # `python -m minidl.train cnn` trains `nn.resnet(depth, num_classes=5, in_channels=1, width)`: a 3x3 stem,
@@ -222,8 +215,7 @@ ax2.bar(data.classes, 100 * result["per_label"])
 ax2.set_ylim(50, 100)
 ax2.set_ylabel("test accuracy (%)")
 ax2.set_title("per label")
-fig.savefig(OUT / "02_resnet_training.png", dpi=100, bbox_inches="tight")
-print("saved", OUT / "02_resnet_training.png")
+tutorial.show(fig, "02_resnet_training.png")
 
 # %% [markdown]
 # ## Other data and more ranks

@@ -38,8 +38,6 @@
 # `python tutorials/03_lstm_language_model.py` trains for a few minutes; `--quick` takes seconds.
 
 # %%
-import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -47,14 +45,12 @@ from pathlib import Path
 import numpy as np
 
 import minidl
-from minidl import nn
+from minidl import nn, tutorial
 from minidl.data.corpus_gen import generated_corpus
 from minidl.data.text import batchify, bptt_batches, read_ptb
 from minidl.train import lm
 
-QUICK = "--quick" in sys.argv or os.environ.get("MINIDL_QUICK") == "1"
-OUT = Path(os.environ.get("MINIDL_TUTORIAL_OUT", Path(__file__).resolve().parent / "out"))
-OUT.mkdir(parents=True, exist_ok=True)
+QUICK = tutorial.quick()  # --quick or MINIDL_QUICK=1 (how a notebook is told)
 
 # %% [markdown]
 # ## 1. A corpus with a known optimum
@@ -237,8 +233,7 @@ ax.set_xlabel("epoch")
 ax.set_ylabel("perplexity")
 ax.set_title("LSTM language model on the generated corpus")
 ax.legend()
-fig.savefig(OUT / "03_lm_training.png", dpi=100, bbox_inches="tight")
-print("saved", OUT / "03_lm_training.png")
+tutorial.show(fig, "03_lm_training.png")
 
 # %% [markdown]
 # ## 5. On the real Penn Treebank

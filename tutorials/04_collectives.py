@@ -30,7 +30,6 @@
 # notebook with Jupytext. It needs no `mpiexec`: the ranks are simulated.
 
 # %%
-import os
 import shutil
 import subprocess
 import sys
@@ -42,10 +41,9 @@ import collectives
 from collectives import cost
 from collectives.common import TAG_CHECK
 from collectives.simulated import traffic
+from minidl import tutorial
 
-QUICK = "--quick" in sys.argv or os.environ.get("MINIDL_QUICK") == "1"
-OUT = Path(os.environ.get("MINIDL_TUTORIAL_OUT", Path(__file__).resolve().parent / "out"))
-OUT.mkdir(parents=True, exist_ok=True)
+QUICK = tutorial.quick()  # --quick or MINIDL_QUICK=1 (how a notebook is told)
 try:
     import matplotlib.pyplot as plt
 except ImportError:  # the figures are optional; everything else runs without matplotlib
@@ -140,10 +138,7 @@ def draw(p, algorithm, n=24, title=None):
     )
     ax.grid(axis="x", alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    path = OUT / f"04_schedule_{algorithm}_p{p}.png"
-    fig.savefig(path, dpi=100, bbox_inches="tight")
-    plt.close(fig)
-    print("   saved", path)
+    tutorial.show(fig, f"04_schedule_{algorithm}_p{p}.png")
     return res
 
 
@@ -267,9 +262,7 @@ if plt is not None:
         ax.set(xlabel="bytes per rank", ylabel="predicted time (us)", title=f"cost model, p = {p}")
     axes[0].legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(OUT / "04_cost_model.png", dpi=100)
-    plt.close(fig)
-    print("saved", OUT / "04_cost_model.png")
+    tutorial.show(fig, "04_cost_model.png")
 
 # %% [markdown]
 # ## 9. The model against real MPI
@@ -342,9 +335,7 @@ if plt is not None and rows:
             ax.loglog([r["size"] for r in mine], [r["predicted_us"] for r in mine], "--", color=f"C{i}", alpha=0.6)
     ax.set(xlabel="bytes per rank", ylabel="time (us)", title="p = 2: measured (solid) and cost model (dashed)")
     ax.legend(fontsize=7)
-    fig.savefig(OUT / "04_measured_vs_model.png", dpi=100, bbox_inches="tight")
-    plt.close(fig)
-    print("saved", OUT / "04_measured_vs_model.png")
+    tutorial.show(fig, "04_measured_vs_model.png")
 
 # %% [markdown]
 # ## 10. Running on real ranks

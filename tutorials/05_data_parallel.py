@@ -33,8 +33,6 @@
 # Only rank 0 prints.
 
 # %%
-import os
-import sys
 import time
 
 import numpy as np
@@ -42,11 +40,13 @@ import numpy as np
 import minidl
 import minidl.distributed as dist
 import minidl.nn.functional as F
-from minidl import nn, optim
+from minidl import nn, optim, tutorial
 
-QUICK = "--quick" in sys.argv or os.environ.get("MINIDL_QUICK") == "1"
+QUICK = tutorial.quick()  # --quick or MINIDL_QUICK=1 (how a notebook is told)
 comm = dist.init()  # MPI.COMM_WORLD
 P, RANK = dist.size(), dist.rank()
+# Under mpiexec the lesson goes on; in a notebook it runs itself under `mpiexec -n 2` and shows rank 0's output.
+ON_RANKS = tutorial.need_ranks(2, "05_data_parallel.py", P)
 
 
 def say(*args):
@@ -54,7 +54,8 @@ def say(*args):
         print(*args, flush=True)
 
 
-say(f"{P} ranks")
+if ON_RANKS:
+    say(f"{P} ranks")
 
 # %% [markdown]
 # ## 1. Averaged gradients = the gradient of a bigger batch
@@ -180,10 +181,7 @@ if RANK == 0:
     ax.set_ylabel("learning rate")
     ax.set_title(f"linear scaling (x{P}) with warmup")
     ax.legend()
-    out_dir = os.environ.get("MINIDL_TUTORIAL_OUT", os.path.join(os.path.dirname(os.path.abspath(__file__)), "out"))
-    os.makedirs(out_dir, exist_ok=True)
-    fig.savefig(os.path.join(out_dir, "05_warmup.png"), dpi=100, bbox_inches="tight")
-    plt.close(fig)
+    tutorial.show(fig, "05_warmup.png")
 
 # %% [markdown]
 # ## 3. Tensor fusion

@@ -33,10 +33,7 @@
 # Run: `python tutorials/06_model_and_pipeline_parallel.py` (`--quick`: a few seconds).
 
 # %%
-import os
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -44,7 +41,7 @@ import collectives
 import minidl
 import minidl.distributed as dist
 import minidl.nn.functional as F
-from minidl import nn, optim
+from minidl import nn, optim, tutorial
 from minidl.distributed.model_parallel import SequentialStage, gather_state_dict
 from minidl.distributed.pipeline import Pipeline, make_grid, split_sequential
 from minidl.distributed.pipeline_schedule import (
@@ -57,9 +54,8 @@ from minidl.distributed.pipeline_schedule import (
 from minidl.distributed.tensor_parallel import ParallelMLP
 from minidl.tensor import Function
 
-QUICK = "--quick" in sys.argv or os.environ.get("MINIDL_QUICK") == "1"
-OUT = Path(__file__).resolve().parent / "out"
-OUT.mkdir(exist_ok=True)
+QUICK = tutorial.quick()  # --quick or MINIDL_QUICK=1 (how a notebook is told)
+OUT = tutorial.out_dir()
 
 
 def on_ranks(P, fn, *args):
@@ -271,9 +267,7 @@ plot_schedule(
 )
 axes[2].set_xlabel("time (ms)")
 fig.tight_layout()
-fig.savefig(OUT / "06_pipeline_schedules.png", dpi=110)
-plt.close(fig)
-print(f"saved {OUT / '06_pipeline_schedules.png'}")
+tutorial.show(fig, "06_pipeline_schedules.png", dpi=110)
 
 # %% [markdown]
 # GPipe's picture is a forward parallelogram followed by a backward one; 1F1B interleaves them after the
@@ -333,8 +327,7 @@ ax.set_ylabel("bubble fraction")
 ax.set_title(f"p = {P} stages")
 ax.legend()
 fig.tight_layout()
-fig.savefig(OUT / "06_bubble_vs_m.png", dpi=110)
-plt.close(fig)
+tutorial.show(fig, "06_bubble_vs_m.png", dpi=110)
 
 # %% [markdown]
 # The measured bubble sits a little above the formula: the formula assumes free communication and identical

@@ -36,22 +36,21 @@
 
 # %%
 import os
-import sys
 
 import numpy as np
 
 import minidl
 import minidl.distributed as dist
 import minidl.nn.functional as F
-from minidl import nn, optim
+from minidl import nn, optim, tutorial
 from minidl.distributed import compare as C
 
-QUICK = "--quick" in sys.argv or os.environ.get("MINIDL_QUICK") == "1"
+QUICK = tutorial.quick()  # --quick or MINIDL_QUICK=1 (how a notebook is told)
 comm = dist.init()  # MPI.COMM_WORLD
 P, RANK = dist.size(), dist.rank()
-if P < 2:
-    raise SystemExit("run me with at least 2 ranks: mpiexec -n 3 python tutorials/07_parameter_server_and_async.py")
-OUT = os.environ.get("MINIDL_TUTORIAL_OUT", os.path.join(os.path.dirname(os.path.abspath(__file__)), "out"))
+OUT = str(tutorial.out_dir())
+# Under mpiexec the lesson goes on; in a notebook it runs itself under `mpiexec -n 3` and shows rank 0's output.
+ON_RANKS = tutorial.need_ranks(3, "07_parameter_server_and_async.py", P)
 
 
 def say(*args):
@@ -59,7 +58,8 @@ def say(*args):
         print(*args, flush=True)
 
 
-say(f"{P} ranks: in the parameter-server runs rank 0 is the server and ranks 1..{P - 1} are workers")
+if ON_RANKS:
+    say(f"{P} ranks: in the parameter-server runs rank 0 is the server and ranks 1..{P - 1} are workers")
 
 # %% [markdown]
 # ## 1. A synchronous parameter server is the same algorithm as allreduce averaging
@@ -226,10 +226,7 @@ if RANK == 0:
         ax.bar(np.arange(len(h)) + 0.27 * (k - 1), h, width=0.27, label=name)
     ax.set(xlabel="staleness (updates missed)", ylabel="gradients applied", title=f"asynchronous PS, {W} workers")
     ax.legend()
-    os.makedirs(OUT, exist_ok=True)
-    fig.savefig(os.path.join(OUT, "07_staleness.png"), dpi=100, bbox_inches="tight")
-    plt.close(fig)
-    say(f"staleness histogram: {os.path.join(OUT, '07_staleness.png')}")
+    tutorial.show(fig, "07_staleness.png")
 
 # %% [markdown]
 # A staleness bound (as in stale-synchronous parallel, Ho et al. 2013) caps the damage: the server refuses

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import sys
 
+from minidl.threads import limit_blas_threads
+
 PROGRAMS = {"lm": "an LSTM language model (Zaremba et al. 2014)", "cnn": "a ResNet on images"}
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    limit_blas_threads()  # one BLAS thread per rank when ranks share a node and the user did not choose
     if not argv or argv[0] not in PROGRAMS:
         lines = "\n".join(f"  {name:4s} {what}" for name, what in PROGRAMS.items())
         print(f"usage: python -m minidl.train {{lm,cnn}} [--help] [flags]\n\nprograms:\n{lines}", file=sys.stderr)
