@@ -41,7 +41,7 @@ EOS = "<eos>"
 UNK = "<unk>"
 PTB_FILES = {"train": "ptb.train.txt", "valid": "ptb.valid.txt", "test": "ptb.test.txt"}
 PTB_HINT = (
-    "--data needs a directory holding ptb.train.txt, ptb.valid.txt and ptb.test.txt (the Penn Treebank as "
+    "expected ptb.train.txt, ptb.valid.txt and ptb.test.txt (the Penn Treebank as "
     "preprocessed by Mikolov: 10k words, <unk> for the rest); they are in simple-examples/data/ of "
     "simple-examples.tgz from Tomas Mikolov's RNNLM page (www.fit.vutbr.cz/~imikolov/rnnlm/)"
 )

@@ -71,7 +71,13 @@ def digest(rows: Sequence[Row]) -> int:
     return int(np.frombuffer(h, "<i8")[0])
 
 
-def check_layout(comm: Any, rows: Sequence[Row], what: str, settings: Sequence[tuple[str, int, Any]] = ()) -> None:
+def check_layout(
+    comm: Any,
+    rows: Sequence[Row],
+    what: str,
+    settings: Sequence[tuple[str, int, Any]] = (),
+    subject: str = "the model or optimizer",
+) -> None:
     """Raise the same MismatchError on every rank unless all ranks bring the same ``rows`` and ``settings``.
 
     ``settings``: (name, integer code, decode(code) -> text) for scalar settings that must agree
@@ -95,7 +101,7 @@ def check_layout(comm: Any, rows: Sequence[Row], what: str, settings: Sequence[t
         )
         raise MismatchError(f"{what}: ranks disagree on {[settings[i][0] for i in differ]} ({per_rank})")
     if (table[:, -1] != table[0, -1]).any():
-        raise MismatchError(f"{what}: ranks disagree on the model or optimizer: {first_difference(comm, rows)}")
+        raise MismatchError(f"{what}: ranks disagree on {subject}: {first_difference(comm, rows)}")
 
 
 def first_difference(comm: Any, rows: Sequence[Row]) -> str:
