@@ -21,10 +21,10 @@ import argparse
 import json
 import os
 
+import compare as C  # benchmarks/compare.py, beside this file
 import numpy as np
 
-from minidl.distributed import compare as C
-from minidl.distributed.parameter_server import HEADER_BYTES
+from minidl.distributed.parameter_server.protocol import HEADER_BYTES
 
 
 def main(argv: list[str] | None = None) -> list[C.SchemeResult] | None:

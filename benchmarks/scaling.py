@@ -1,6 +1,7 @@
 """Data-parallel scaling of the Zaremba-small LSTM LM: words/s at P ranks, per allreduce algorithm.
 
-Weak scaling, as seed 001 measured it: every rank trains batch b = 20 streams x T = 20 steps (400 words)
+Weak scaling, as "Deep Learning: massively scaled parallel approach using hybrid supercomputers" (Medium,
+2017) measured it: every rank trains batch b = 20 streams x T = 20 steps (400 words)
 per step, so P ranks train P * 400 words per step. A step is the whole of training: forward, loss,
 backward, gradient allreduce (DistributedOptimizer, one 64 MiB fusion bucket: ~18.6 MB of float32
 gradients for the 4.65M parameters), clipping at norm 5, SGD. Reported per P and algorithm:

@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 
 import minidl
 from minidl import nn
+from minidl.nn.lstm_kernel import LSTMFunction, from_internal, to_internal
 from minidl.nn.rnn import lstm_cell
-from minidl.ops.lstm import LSTMFunction, from_internal, to_internal
 from minidl.random import manual_seed
 
 

@@ -19,8 +19,9 @@ import collectives
 import minidl
 import minidl.nn.functional as F
 from minidl import nn, optim
-from minidl.distributed import model_parallel as mp
-from minidl.distributed import p2p
+from minidl.distributed.counting import CountingComm
+from minidl.distributed.model_parallel import layerwise as mp
+from minidl.distributed.model_parallel import p2p
 from minidl.gradcheck import numerical_grad
 from minidl.models.lm import LSTMLanguageModel
 
@@ -77,7 +78,7 @@ def train_sequential_dense(steps: int = STEPS) -> dict:
 
 def train_sequential(comm, steps: int = STEPS, balance=None) -> tuple[dict | None, int]:
     """k SGD steps of the split MLP; returns (the gathered state on rank 0, bytes this rank sent)."""
-    counting = p2p.CountingComm(comm)
+    counting = CountingComm(comm)
     stage = mp.SequentialStage(make_mlp(), counting, balance=balance)
     params = list(stage.parameters())  # empty for a stage of only activations (balance [5, 1, 5])
     opt = optim.SGD(params, lr=0.3, momentum=0.9) if params else None
@@ -106,7 +107,7 @@ def train_lm_dense(layers: int = 2, steps: int = STEPS, max_norm: float = 0.1) -
 
 def train_lm(comm, layers: int = 2, steps: int = STEPS, max_norm: float = 0.1) -> tuple[dict | None, int]:
     """Truncated BPTT on the split LM with global-norm clipping; (gathered state on rank 0, bytes sent)."""
-    counting = p2p.CountingComm(comm)
+    counting = CountingComm(comm)
     stage = mp.LMStage(make_lm(layers), counting)
     opt = optim.SGD(stage.parameters(), lr=0.7)
     state = None
@@ -277,7 +278,7 @@ def test_meta_headers_round_trip_shapes_and_dtypes():
 
 def test_counting_comm_counts_every_send_path():
     def fn(comm):
-        c = p2p.CountingComm(comm)
+        c = CountingComm(comm)
         peer = 1 - comm.Get_rank()
         for first in (0, 1):  # synchronous sends: one rank sends while the other receives
             if comm.Get_rank() == first:

@@ -16,7 +16,7 @@ import minidl
 import minidl.distributed as dist
 import minidl.nn.functional as F
 from minidl import nn, optim
-from minidl.distributed.parameter_server import HEADER_BYTES, assign_shards, shards_of
+from minidl.distributed.parameter_server.protocol import HEADER_BYTES, assign_shards, shards_of
 
 collectives = pytest.importorskip("collectives")
 

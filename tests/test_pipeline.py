@@ -18,8 +18,8 @@ import minidl.distributed as dist
 import minidl.nn.functional as F
 from collectives.simulated import Status
 from minidl import nn, optim
-from minidl.distributed.pipeline import Pipeline, make_grid, split_sequential
-from minidl.distributed.pipeline_schedule import (
+from minidl.distributed.pipeline.engine import Pipeline, make_grid, split_sequential
+from minidl.distributed.pipeline.schedule import (
     BACKWARD,
     FORWARD,
     SCHEDULES,

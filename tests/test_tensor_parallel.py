@@ -17,9 +17,9 @@ import collectives
 import minidl
 import minidl.nn.functional as F
 from minidl import nn, optim
-from minidl.distributed import model_parallel as mp
-from minidl.distributed import p2p
-from minidl.distributed import tensor_parallel as tp
+from minidl.distributed.counting import CountingComm
+from minidl.distributed.model_parallel import layerwise as mp
+from minidl.distributed.model_parallel import tensor_parallel as tp
 from minidl.gradcheck import numerical_grad
 
 STEPS = 3
@@ -64,7 +64,7 @@ def train_mlp_dense(steps: int = STEPS) -> list[np.ndarray]:
 def train_mlp(comm, steps: int = STEPS, gather_head: bool = True) -> tuple[list[np.ndarray], int]:
     """The same model, fc1/fc2 as a ParallelMLP and the head column-parallel (gathered logits, or the
     vocabulary-parallel loss); returns the gathered dense parameters and the bytes this rank sent."""
-    counting = p2p.CountingComm(comm)
+    counting = CountingComm(comm)
     fc1, fc2, head = make_mlp_block()
     mlp = tp.ParallelMLP.from_dense(fc1, nn.ReLU(), fc2, comm=counting)
     col = tp.ColumnParallelLinear.from_dense(head, gather_output=gather_head, comm=counting)
@@ -292,7 +292,7 @@ def test_parallel_mlp_moves_one_allreduce_each_way():
     fc1, fc2, _ = make_mlp_block()  # 6 -> 11 -> 5
 
     def fn(comm):
-        counting = p2p.CountingComm(comm)
+        counting = CountingComm(comm)
         block = tp.ParallelMLP.from_dense(fc1, nn.ReLU(), fc2, comm=counting, check=False)
         x = minidl.tensor(np.ones((N, 6)), requires_grad=True)
         y = block(x)

@@ -162,7 +162,7 @@ bn.eval()
 print("in eval mode the running statistics are used: output mean", bn(batch).data.mean(axis=(0, 2, 3)).round(2))
 
 # %% [markdown]
-# Batch norm is why data-parallel CNN training has a subtlety (seed 004, Goyal et al. 2017): with P ranks
+# Batch norm is why data-parallel CNN training has a subtlety (Hemsoth 2018; Goyal et al. 2017): with P ranks
 # each normalizes over its own b examples, not the global batch of P*b. `--sync-bn` in the training program
 # uses `minidl.distributed.SyncBatchNorm`, which sums the per-channel statistics over all ranks.
 #

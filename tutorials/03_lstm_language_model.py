@@ -123,7 +123,7 @@ print(
 #   c_t = f \odot c_{t-1} + i \odot g, \qquad h_t = o \odot \tanh(c_t).$$
 #
 # `nn.LSTMCell` writes exactly this with Tensor operations; autograd records about fifteen Functions per
-# step and derives the backward pass. `nn.LSTM` runs a whole sequence through `ops.lstm.LSTMFunction`, one
+# step and derives the backward pass. `nn.LSTM` runs a whole sequence through `nn.lstm_kernel.LSTMFunction`, one
 # Function whose forward keeps the gate activations of every step and whose backward runs the recurrence
 # backwards in time with the derivatives written out (e.g. $\partial c_{t-1} = \partial c_t \odot f +
 # \dots$), one matrix product for all four gates. The two must agree; in float64 they do to rounding:

@@ -18,9 +18,12 @@
 # model, takes its own share of each batch, and before every update the ranks *average their gradients*
 # with an allreduce (tutorial 04). Every rank then applies the same update to the same parameters, so the
 # replicas never drift apart. This is what Horovod does (Sergeev & Del Balso 2018) and what the articles
-# in `../shared/seeds` measured: an LSTM language model trained on PTB across up to 32 CPU nodes reached
-# about 15x the single node's words/s (seed 001); Horovod reached 80% scaling efficiency on 16 GPUs (seed 002);
-# a ResNet-50 was scaled to 256 CPU nodes, where batch normalization at large batch needed care (seed 004).
+# minidl follows measured: an LSTM language model trained on PTB across up to 32 CPU nodes reached
+# about 15x the single node's words/s
+# ("Deep Learning: massively scaled parallel approach using hybrid supercomputers" (Medium, 2017)); Horovod reached 80% scaling efficiency on 16 GPUs
+# (Illuminate, "Evaluating Parallel AI Training Using an HPC Facility" (EPCC Cirrus, c. 2020));
+# a ResNet-50 was scaled to 256 CPU nodes, where batch normalization at large batch needed care
+# (Hemsoth, "Scaling with Accuracy on CPU-Only HPC Infrastructure" (The Next Platform, 2018)).
 #
 # In this lesson, under `mpiexec -n 2` (or more):
 # 1. the averaged gradient of P ranks with batch b *is* the gradient of one batch of P*b - numerically;
@@ -226,14 +229,15 @@ for fusion_bytes in (0, 2**20, dist.DEFAULT_FUSION_BYTES):
 #
 # ## 4. Words per second, per algorithm
 #
-# Weak scaling, as seed 001 measured it: each rank keeps its batch (b = 20 streams of T = 20 words) and P
+# Weak scaling, as "Deep Learning: massively scaled parallel approach using hybrid supercomputers" (Medium,
+# 2017) measured it: each rank keeps its batch (b = 20 streams of T = 20 words) and P
 # ranks train P times as many words per step. A perfect system would give P times the words/s; the
 # efficiency is the fraction of that we get. Here, inside this one job, rank 0 first trains alone (the
 # others wait), then all ranks train together with each allreduce algorithm and with MPI's own.
 # `benchmarks/scaling.py` runs the same measurement as separate jobs for P = 1, 2, 4, ... 16.
 
 # %%
-steps, warm = (2, 1) if QUICK else (10, 2)
+steps, warm, repeats = (2, 1, 5) if QUICK else (6, 2, 5)
 windows = np.random.default_rng(RANK).integers(0, VOCAB, size=(steps + warm, T + 1, B))
 
 
@@ -254,23 +258,46 @@ def words_per_second(optimizer, model):
     return T * B / np.median(times)
 
 
-single = None
-if RANK == 0:
-    single = words_per_second(optim.SGD(lm.parameters(), lr=1.0), lm)
-single = dist.broadcast_state({"wps": single})["wps"]
-rows = [("1 rank, no allreduce", single, 1.0, None)]
-for algorithm in dist.ALGORITHMS:
-    if P == 1:
-        break
-    dist.broadcast_parameters(lm)
-    o = dist.DistributedOptimizer(optim.SGD(lm.parameters(), lr=1.0), allreduce=algorithm)
-    o.timings.reset()
-    wps = P * words_per_second(o, lm)
-    rows.append((f"{P} ranks, {algorithm}", wps, wps / (P * single), o.timings.mean()))
-say(f"\n{'':<28}{'words/s':>9}{'efficiency':>12}   compute / wait / communication (ms per step)")
-for name, wps, eff, t in rows:
-    split = "" if t is None else " / ".join(f"{1e3 * t[k]:.1f}" for k in ("compute", "wait", "communication"))
-    say(f"{name:<28}{wps:>9.0f}{100 * eff:>11.0f}%   {split}")
+def one_rank():  # rank 0 alone (the others wait), the baseline every efficiency divides by
+    wps = words_per_second(optim.SGD(lm.parameters(), lr=1.0), lm) if RANK == 0 else None
+    return dist.broadcast_state({"wps": wps})["wps"]
+
+
+timings = {}
+
+
+def all_ranks(algorithm):
+    def measure():
+        dist.broadcast_parameters(lm)
+        o = dist.DistributedOptimizer(optim.SGD(lm.parameters(), lr=1.0), allreduce=algorithm)
+        o.timings.reset()
+        wps = P * words_per_second(o, lm)
+        timings.setdefault(algorithm, []).append(o.timings.mean())
+        return wps
+
+    return measure
+
+
+# Each configuration `repeats` times, interleaved (round r runs every configuration once), so that a change
+# in the machine's load falls on all of them alike; the table gives the median and the min-max spread.
+configs = {"1 rank, no allreduce": one_rank} | {f"{P} ranks, {a}": all_ranks(a) for a in dist.ALGORITHMS}
+samples = tutorial.interleaved(configs, repeats) if ON_RANKS else {}
+if samples:
+    single = tutorial.spread(samples["1 rank, no allreduce"])[0]
+    say(f"\n{'':<28}{'words/s (min-max)':>22}{'efficiency':>12}   compute / wait / comm (ms per step, median)")
+    for name, values in samples.items():
+        med, lo, hi = tutorial.spread(values)
+        algorithm = name.split(", ")[1]
+        split = ""
+        if algorithm in timings:
+            split = " / ".join(
+                f"{1e3 * np.median([t[k] for t in timings[algorithm]]):.1f}"
+                for k in ("compute", "wait", "communication")
+            )
+        say(
+            f"{name:<28}{med:>9.0f} ({lo:.0f}-{hi:.0f}){100 * med / (P * single if algorithm in timings else single):>11.0f}%   {split}"
+        )
+    say(tutorial.busy_note(samples))
 
 # %% [markdown]
 # What the columns say (numbers vary from run to run on a shared machine; `benchmarks/scaling.py` keeps the
@@ -278,8 +305,8 @@ for name, wps, eff, t in rows:
 # barrier for the slowest rank (load imbalance, a busy neighbour); **communication** is packing, the
 # allreduce and unpacking (~18.6 MB of float32 gradients for Zaremba-small). On two cores the ring and
 # Rabenseifner send each byte about once, the tree and naive algorithms twice; MPI's own Allreduce chooses
-# by size as "auto" does. Measured with `benchmarks/scaling.py` on this 2-core machine, see the project notes
-# for the table; on a bigger machine `--max-ranks 16` measures the scaling curve.
+# by size as "auto" does. Measured with `benchmarks/scaling.py` on this 2-core machine; README has
+# the table; on a bigger machine `--max-ranks 16` measures the scaling curve.
 #
 # ## 5. Batch norm across ranks
 #
@@ -311,7 +338,7 @@ say(
 # %% [markdown]
 # How noisy are per-rank statistics? The batch mean of b samples has standard deviation σ/√b, so with b = 2
 # per rank BN normalizes with a very noisy mean, while SyncBatchNorm over P*b is √P times steadier. At the
-# other end, the Dell team scaling ResNet-50 on CPUs (seed 004) met trouble with batches of 800 to 2000 images
+# other end, the Dell team scaling ResNet-50 on CPUs (Hemsoth, "Scaling with Accuracy on CPU-Only HPC Infrastructure" (The Next Platform, 2018)) met trouble with batches of 800 to 2000 images
 # normalized as one; choosing b per rank (per-rank BN) or P*b (SyncBatchNorm) is choosing that batch size.
 
 # %%

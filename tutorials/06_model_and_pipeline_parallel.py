@@ -12,7 +12,8 @@
 # %% [markdown]
 # # 06 - Model parallelism and layer pipelining: splitting the model instead of the data
 #
-# Data parallelism (tutorial 05) copies the whole model to every rank. Seed 000 names two other ways to
+# Data parallelism (tutorial 05) copies the whole model to every rank. Justus, "High performance computing for AI"
+# (Digital Catapult, 2018), names two other ways to
 # spread a network over workers: **model parallelism**, where different parts of the model live on different
 # workers, and **layer pipelining**, where the workers run different layers at the same time. Both can train
 # models larger than one worker's memory, because each worker stores only its share of the weights.
@@ -42,16 +43,16 @@ import minidl
 import minidl.distributed as dist
 import minidl.nn.functional as F
 from minidl import nn, optim, tutorial
-from minidl.distributed.model_parallel import SequentialStage, gather_state_dict
-from minidl.distributed.pipeline import Pipeline, make_grid, split_sequential
-from minidl.distributed.pipeline_schedule import (
+from minidl.distributed.model_parallel.layerwise import SequentialStage, gather_state_dict
+from minidl.distributed.model_parallel.tensor_parallel import ParallelMLP
+from minidl.distributed.pipeline.engine import Pipeline, make_grid, split_sequential
+from minidl.distributed.pipeline.schedule import (
     bubble_formula,
     bubble_fraction,
     ideal_events,
     plot_schedule,
     stage_idle_fractions,
 )
-from minidl.distributed.tensor_parallel import ParallelMLP
 from minidl.tensor import Function
 
 QUICK = tutorial.quick()  # --quick or MINIDL_QUICK=1 (how a notebook is told)
@@ -401,4 +402,4 @@ for schedule in ("gpipe", "1f1b"):
 #
 # Further reading: Huang et al. (2019), GPipe; Narayanan et al. (2021), Efficient large-scale language model
 # training on GPU clusters (PipeDream-Flush / 1F1B); Shoeybi et al. (2019), Megatron-LM; Ben-Nun & Hoefler
-# (2018), Demystifying parallel and distributed deep learning (cited by seed 000).
+# (2018), Demystifying parallel and distributed deep learning (cited by Justus 2018).

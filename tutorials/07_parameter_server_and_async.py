@@ -15,7 +15,7 @@
 # # 07 - Parameter servers, asynchronous SGD and local SGD: the other ways to do data parallelism
 #
 # Tutorial 05 trained data-parallel with an **allreduce**: every rank averages gradients with every other,
-# then all take the same step. Seed 003 (Singh 2017, "Scaling in the Deep Learning Applications") lists the
+# then all take the same step. Singh, "Scaling in the Deep Learning Applications" (2017) lists the
 # choices behind that design, each with an alternative:
 #
 # - **synchronous vs asynchronous**: tutorial 05 has everyone wait for everyone at every step; in
@@ -29,13 +29,14 @@
 # writing shared parameters (bandwidth being scarce, and shared with other jobs), the cost of barriers when
 # machines are slow, and **fault tolerance** at scale. We build each scheme (`minidl.distributed.parameter_server`,
 # `local_sgd`), check the synchronous ones are exact, count their bytes on the wire, watch the staleness of
-# asynchronous updates, and race all four on one task (`minidl.distributed.compare`).
+# asynchronous updates, and race all four on one task (`benchmarks/compare.py`).
 #
 # Run: `mpiexec -n 3 python tutorials/07_parameter_server_and_async.py` (`--quick`: seconds). Rank 0 is the
 # server in the parameter-server sections, so at least 2 ranks are needed; 3 or more show asynchrony.
 
 # %%
 import os
+import sys
 
 import numpy as np
 
@@ -43,7 +44,10 @@ import minidl
 import minidl.distributed as dist
 import minidl.nn.functional as F
 from minidl import nn, optim, tutorial
-from minidl.distributed import compare as C
+
+# the experiment harness that races the schemes lives with the benchmarks (benchmarks/compare.py)
+sys.path.insert(0, str(tutorial.TUTORIALS.parent / "benchmarks"))
+import compare as C  # noqa: E402
 
 QUICK = tutorial.quick()  # --quick or MINIDL_QUICK=1 (how a notebook is told)
 comm = dist.init()  # MPI.COMM_WORLD
@@ -128,7 +132,7 @@ assert err < 1e-8
 # Per step a worker sends one gradient and receives one copy of the parameters: 2 x model bytes, like
 # an allreduce rank (a ring allreduce sends and receives 2(P-1)/P x model each way: about 4 x model in and
 # out together). But the *server* receives W gradients and sends W copies: **2W x model per step**, growing
-# with the number of workers, while an allreduce rank's traffic stays flat. This is the bottleneck seed 003
+# with the number of workers, while an allreduce rank's traffic stays flat. This is the bottleneck Singh (2017)
 # points at: workers reading and writing shared parameters all the time need a great deal of bandwidth. Sharding the
 # parameters over S servers (`num_servers=S`, whole tensors balanced by size) divides it by S, at the price
 # of S ranks that compute no gradients. Predicted, for a 1 MB model:
@@ -143,11 +147,11 @@ for p in (8, 16, 64, 256):
     )
 
 # %% [markdown]
-# The bytes are counted, not just predicted: `dist.TrafficComm(comm)` wraps a communicator and adds up
+# The bytes are counted, not just predicted: `dist.CountingComm(comm)` wraps a communicator and adds up
 # what each rank sends to each other rank; one exchange gives the whole traffic matrix.
 
 # %%
-counted = dist.TrafficComm(comm)
+counted = dist.CountingComm(comm)
 model = make_model()
 steps = 4
 if dist.is_server(counted):
@@ -295,7 +299,7 @@ if RANK == 0:
 #
 # ## 6. Fault tolerance
 #
-# Seed 003 stresses that fault tolerance matters at scale, where machines in a large cluster or a cloud can
+# Singh (2017) stresses that fault tolerance matters at scale, where machines in a large cluster or a cloud can
 # fail or be preempted. The schemes fail differently:
 #
 # - **Allreduce** (and every synchronous collective scheme) is all-or-nothing: a rank that dies leaves the

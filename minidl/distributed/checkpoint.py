@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from minidl.distributed.broadcast import broadcast_state, fail_together, gather_states, scatter_states
-from minidl.distributed.context import get_comm
+from minidl.distributed.comm import get_comm
+from minidl.distributed.state import broadcast_state, fail_together, gather_states, scatter_states
 from minidl.nn.module import Module
 from minidl.optim.optimizer import Optimizer
 

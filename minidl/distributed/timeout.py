@@ -82,10 +82,22 @@ def _stack() -> list[str]:
 
 
 def unwrap(comm: Any) -> Any:
-    """The communicator under any TimeoutComm wrappers (for isinstance checks against MPI.Comm)."""
+    """The communicator under any TimeoutComm wrappers."""
     while isinstance(comm, TimeoutComm):
         comm = comm.comm
     return comm
+
+
+def base_comm(comm: Any) -> Any:
+    """The communicator under every wrapper (TimeoutComm, CountingComm's ``inner``): an mpi4py or a simulated
+    one, for isinstance checks and for the Status type a receive needs."""
+    while True:
+        if isinstance(comm, TimeoutComm):
+            comm = comm.comm
+        elif hasattr(comm, "inner"):
+            comm = comm.inner
+        else:
+            return comm
 
 
 def with_timeout(comm: Any, seconds: float | None) -> Any:

@@ -11,7 +11,7 @@ from minidl.nn.module import Module, Parameter, StateDictError
 from minidl.nn.norm import BatchNorm1d, BatchNorm2d
 from minidl.nn.pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
 from minidl.nn.resnet import BasicBlock, ResNet, resnet
-from minidl.nn.rnn import LSTM, LSTMCell
+from minidl.nn.rnn import LSTM, LSTMCell, LSTMLayer
 
 __all__ = [
     "AdaptiveAvgPool2d",
@@ -26,6 +26,7 @@ __all__ = [
     "Identity",
     "LSTM",
     "LSTMCell",
+    "LSTMLayer",
     "Linear",
     "MaxPool2d",
     "Module",

@@ -8,7 +8,7 @@
 Two tasks, one program:
 
 - **multi-label** (the default: ``minidl.data.images``, a stand-in for multi-label chest X-rays as in
-  seed 004): each image contains any subset of K shapes; the network has K outputs, one independent
+  Hemsoth, The Next Platform, 2018): each image contains any subset of K shapes; the network has K outputs, one independent
   yes/no each, trained with ``F.binary_cross_entropy_with_logits`` and scored by per-label accuracy
   (the fraction of the N*K decisions ``logit > 0`` that are right) and exact-match accuracy.
 - **single-label** (``--data DIR`` with IDX files): 10 classes, ``F.cross_entropy``, accuracy.

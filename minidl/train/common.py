@@ -25,7 +25,7 @@ import numpy as np
 
 import minidl
 import minidl.distributed as dist
-from minidl.distributed.timing import PHASES
+from minidl.distributed.data_parallel.timing import PHASES
 from minidl.nn.module import Module
 from minidl.optim.optimizer import Optimizer
 
@@ -47,11 +47,11 @@ def positive_float(text: str) -> float:
 
 PARALLEL_HELP = {
     "data": "'data': average gradients over the ranks (Horovod-style)",
-    "model": "'model': consecutive layers on consecutive ranks (minidl/distributed/model_parallel.py)",
-    "tensor": "'tensor': Megatron-style split of the output layer (minidl/distributed/tensor_parallel.py)",
+    "model": "'model': consecutive layers on consecutive ranks (minidl/distributed/model_parallel/layerwise.py)",
+    "tensor": "'tensor': Megatron-style split of the output layer (minidl/distributed/model_parallel/tensor_parallel.py)",
     "pipeline": "'pipeline': layer pipelining over micro-batches, GPipe or 1F1B (minidl/train/pipeline.py)",
-    "ps": "'ps': parameter server, sync or --async (minidl/distributed/parameter_server.py)",
-    "local-sgd": "'local-sgd': average the parameters every k steps (minidl/distributed/local_sgd.py)",
+    "ps": "'ps': parameter server, sync or --async (minidl/distributed/parameter_server/)",
+    "local-sgd": "'local-sgd': average the parameters every k steps (minidl/distributed/data_parallel/local_sgd.py)",
 }
 
 

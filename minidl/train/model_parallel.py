@@ -43,9 +43,9 @@ import minidl.distributed as dist
 import minidl.nn.functional as F
 from minidl import nn, optim
 from minidl.data.text import batchify, bptt_batches, num_bptt_batches
-from minidl.distributed import model_parallel as mp
-from minidl.distributed import tensor_parallel as tp
-from minidl.distributed.p2p import CountingComm
+from minidl.distributed.counting import CountingComm
+from minidl.distributed.model_parallel import layerwise as mp
+from minidl.distributed.model_parallel import tensor_parallel as tp
 from minidl.models.lm import LSTMLanguageModel
 from minidl.nn.module import Module
 from minidl.tensor import Tensor

@@ -35,9 +35,14 @@ import minidl.distributed as dist
 import minidl.nn.functional as F
 from minidl import optim
 from minidl.data.text import batchify, bptt_batches, num_bptt_batches
-from minidl.distributed.model_parallel import LSTMLayers, clip_grad_norm_split, gather_state_dict, stage_ranges
-from minidl.distributed.pipeline import Pipeline, make_grid
-from minidl.distributed.pipeline_schedule import SCHEDULES, bubble_formula, bubble_fraction
+from minidl.distributed.model_parallel.layerwise import (
+    LSTMLayers,
+    clip_grad_norm_split,
+    gather_state_dict,
+    stage_ranges,
+)
+from minidl.distributed.pipeline.engine import Pipeline, make_grid
+from minidl.distributed.pipeline.schedule import SCHEDULES, bubble_formula, bubble_fraction
 from minidl.models.lm import LSTMLanguageModel
 from minidl.nn.module import Module
 from minidl.tensor import Tensor

@@ -21,7 +21,7 @@ modes, and ``add_arguments(parser)`` adds their flags to both programs' parsers.
 
 Progress lines come from the first worker (rank S; a server has no loss to report); the final lines
 (rank 0) give the test score of the final model, throughput, and the bytes every rank sent + received
-per step, counted on the wire (``TrafficComm``). Not supported here: ``--resume``, ``--save``,
+per step, counted on the wire (``CountingComm``). Not supported here: ``--resume``, ``--save``,
 ``--compression``, ``--sync-bn`` (a clear error).
 """
 
@@ -38,9 +38,9 @@ import minidl
 import minidl.distributed as dist
 import minidl.nn.functional as F
 from minidl import nn, optim
-from minidl.distributed.local_sgd import average_buffers
-from minidl.distributed.parameter_server import check_roles
-from minidl.distributed.traffic import sent_and_received
+from minidl.distributed.counting import sent_and_received
+from minidl.distributed.data_parallel.local_sgd import average_buffers
+from minidl.distributed.parameter_server.protocol import check_roles
 from minidl.train import cnn, common
 from minidl.train.common import Context
 
@@ -118,7 +118,7 @@ class Scheme:
             check_roles(ctx.size, self.servers)
         self.workers, self.worker = ctx.size - self.servers, ctx.rank - self.servers
         self.is_server = ctx.rank < self.servers
-        self.counted = dist.TrafficComm(ctx.comm)
+        self.counted = dist.CountingComm(ctx.comm)
         self.stats: Any = None
         self.started = time.perf_counter()
 

@@ -10,7 +10,7 @@ import minidl
 from collectives import MismatchError
 from minidl import nn, optim
 from minidl.distributed import DistributedOptimizer, SyncBatchNorm, broadcast_optimizer_state
-from minidl.distributed.allreduce import ALGORITHMS, allreduce
+from minidl.distributed.data_parallel.allreduce import ALGORITHMS, allreduce
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)

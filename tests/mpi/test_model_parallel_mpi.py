@@ -15,7 +15,7 @@ from test_model_parallel import (
     train_sequential_dense,
 )
 
-from minidl.distributed import model_parallel as mp
+from minidl.distributed.model_parallel import layerwise as mp
 
 pytestmark = pytest.mark.usefixtures("float64")  # exactness is checked in float64
 

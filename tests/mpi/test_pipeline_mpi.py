@@ -14,8 +14,8 @@ from test_pipeline import (
     train_single,
 )
 
-from minidl.distributed.pipeline import make_grid
-from minidl.distributed.pipeline_schedule import SCHEDULES, bubble_fraction
+from minidl.distributed.pipeline.engine import make_grid
+from minidl.distributed.pipeline.schedule import SCHEDULES, bubble_fraction
 
 pytestmark = pytest.mark.usefixtures("float64")  # exactness is checked in float64
 

@@ -18,7 +18,7 @@ from test_tensor_parallel import (
 
 import minidl
 from minidl import nn
-from minidl.distributed import tensor_parallel as tp
+from minidl.distributed.model_parallel import tensor_parallel as tp
 
 pytestmark = pytest.mark.usefixtures("float64")  # exactness is checked in float64
 

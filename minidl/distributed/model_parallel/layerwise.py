@@ -1,7 +1,7 @@
 """Layer-wise model parallelism: consecutive layers of one network on consecutive ranks.
 
 Rank r holds stage r, a contiguous block of the layers, and only its parameters (and an optimizer
-over them): the model no longer has to fit in one process's memory (seed 000: model parallelism
+over them): the model no longer has to fit in one process's memory (Justus, "High performance computing for AI", 2018: model parallelism
 "can process larger models since only a subset of the weights has to be stored on a single worker").
 A training step is one forward sweep from rank 0 to rank P-1 and one backward sweep back, with
 ``minidl.distributed.p2p``'s differentiable send/recv at each boundary:
@@ -35,16 +35,16 @@ from typing import Any
 
 import numpy as np
 
-from minidl.distributed.allreduce import allreduce
-from minidl.distributed.broadcast import gather_states
-from minidl.distributed.context import get_comm
-from minidl.distributed.p2p import StageBoundary
+from minidl.distributed.comm import get_comm
+from minidl.distributed.data_parallel.allreduce import allreduce
+from minidl.distributed.model_parallel.p2p import StageBoundary
+from minidl.distributed.state import gather_states
 from minidl.models.lm import LSTMLanguageModel
 from minidl.nn.container import Sequential
 from minidl.nn.dropout import dropout as dropout_fn
+from minidl.nn.lstm_kernel import LSTMFunction
 from minidl.nn.module import Module, Parameter
 from minidl.nn.rnn import LSTM, _check_state_pair
-from minidl.ops.lstm import LSTMFunction
 from minidl.ops.shape import Stack
 from minidl.tensor import Tensor, tensor
 

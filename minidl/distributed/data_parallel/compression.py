@@ -1,6 +1,6 @@
 """Gradient compression for the wire: none, or float16 (half the bytes).
 
-Seed 002 reports mixed precision gave +74% on one GPU; on CPUs the gain of fp16 *gradients* is
+Illuminate, "Evaluating Parallel AI Training Using an HPC Facility" (c. 2020), reports mixed precision gave +74% on one GPU; on CPUs the gain of fp16 *gradients* is
 communication volume: an allreduce moves 2 bytes per element instead of 4. Gradients are cast to
 float16 before the allreduce and back to their own dtype after; the sum is done in float16, so it
 loses precision (~3 significant digits). Each rank divides by P *before* the cast (the average is

@@ -1,7 +1,8 @@
 """The fused whole-sequence LSTM: one layer over all T steps, BPTT derived by hand.
 
 This is the fast twin of ``nn.LSTMCell`` (the same math composed from autograd primitives;
-tests check that the two agree to 1e-6 in float64). Shapes: x [T, B, I], h0 and c0 [B, H],
+tests check that the two agree to 1e-6 in float64); ``nn.LSTMLayer`` runs it once per layer and
+direction. Shapes: x [T, B, I], h0 and c0 [B, H],
 weight_ih [4H, I], weight_hh [4H, H], bias_ih and bias_hh [4H]; gate rows in PyTorch's
 order i, f, g, o.
 

@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from minidl.distributed.allreduce import ALGORITHMS, allreduce, check_algorithm
-from minidl.distributed.context import get_comm
+from minidl.distributed.comm import get_comm
+from minidl.distributed.data_parallel.allreduce import ALGORITHMS, allreduce, check_algorithm
 from minidl.distributed.fingerprint import check_layout, optimizer_rows, parameter_rows
 from minidl.distributed.timeout import activity
 from minidl.nn.module import Module

@@ -1,6 +1,6 @@
 """The data-parallel schemes side by side: same model, same data, same number of ranks.
 
-Schemes (seed 003's axes: synchronous vs asynchronous, centralized vs decentralized, gradient
+Schemes (Singh 2017, "Scaling in the Deep Learning Applications": the axes synchronous vs asynchronous, centralized vs decentralized, gradient
 averaging vs parameter averaging):
 
 =============  ==================  ==============  =======================  =============================
@@ -15,7 +15,7 @@ local-sgd      synchronous (1/k)   decentralized   parameters, every k      ~2 x
 ``run_scheme(comm, task, scheme, steps)`` trains ``task`` on every rank of ``comm`` (the servers
 of a PS scheme do not compute gradients, so W = P - S workers there, W = P otherwise; each worker
 always takes ``task.batch_size`` samples per step) and records, per rank, the training loss and
-the clock at every step, and the bytes it sent to every other rank (``TrafficComm``).
+the clock at every step, and the bytes it sent to every other rank (``CountingComm``).
 ``compare(comm, task, steps)`` runs all schemes in turn and returns, on rank 0, one ``SchemeResult``
 per scheme: samples/s, bytes per step (busiest rank and mean rank, sent + received), the loss
 curves, the held-out loss of the final model and, for the parameter server, the staleness record.
@@ -34,11 +34,11 @@ import numpy as np
 import minidl
 import minidl.nn.functional as F
 from minidl import nn, optim
-from minidl.distributed.broadcast import broadcast_parameters, gather_states
-from minidl.distributed.local_sgd import LocalSGD
-from minidl.distributed.optimizer import DistributedOptimizer
+from minidl.distributed.counting import CountingComm, sent_and_received
+from minidl.distributed.data_parallel.local_sgd import LocalSGD
+from minidl.distributed.data_parallel.optimizer import DistributedOptimizer
 from minidl.distributed.parameter_server import ParameterServer, PSWorker, collect_parameters
-from minidl.distributed.traffic import TrafficComm, sent_and_received
+from minidl.distributed.state import broadcast_parameters, gather_states
 from minidl.nn.module import Module
 from minidl.optim.optimizer import Optimizer
 from minidl.tensor import Tensor
@@ -160,7 +160,7 @@ def run_scheme(
     if scheme not in SCHEMES:
         raise ValueError(f"unknown scheme {scheme!r}; choose from {SCHEMES}")
     model = task.make_model() if model is None else model
-    counted = TrafficComm(comm)
+    counted = CountingComm(comm)
     rank, size = comm.Get_rank(), comm.Get_size()
     ps = scheme.startswith("ps-")
     servers = num_servers if ps else 0

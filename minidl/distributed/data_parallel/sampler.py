@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from minidl.distributed.context import get_comm
+from minidl.distributed.comm import get_comm
 from minidl.distributed.fingerprint import check_layout
 
 

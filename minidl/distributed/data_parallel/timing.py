@@ -6,7 +6,7 @@
   rank to finish its backward pass: load imbalance and stragglers, not the network.
 - **communication**: packing the gradients into fusion buffers, the allreduces, unpacking.
 
-Per-rank throughput falls as ranks are added (seed 001: ~15x on 32 nodes) because communication
+Per-rank throughput falls as ranks are added ("Deep Learning: massively scaled parallel approach using hybrid supercomputers", 2017: ~15x on 32 nodes) because communication
 and wait grow while compute per rank stays the same; this breakdown shows which one grew.
 """
 

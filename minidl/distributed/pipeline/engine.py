@@ -15,7 +15,7 @@ the step is exactly the one a single process takes on the whole mini-batch (up t
 A complete program (``mpiexec -n 4 python train.py``: 4 stages)::
 
     import minidl.distributed as dist
-    from minidl.distributed.pipeline import Pipeline, split_sequential
+    from minidl.distributed.pipeline.engine import Pipeline, split_sequential
 
     comm = dist.init()
     model = make_model()                                   # the same seed on every rank
@@ -58,17 +58,17 @@ from typing import Any
 import numpy as np
 
 import minidl
-from minidl.distributed.broadcast import gather_states
-from minidl.distributed.context import get_comm
-from minidl.distributed.model_parallel import stage_ranges
-from minidl.distributed.p2p import recv_array
-from minidl.distributed.pipeline_schedule import (
+from minidl.distributed.comm import get_comm
+from minidl.distributed.model_parallel.layerwise import stage_ranges
+from minidl.distributed.model_parallel.p2p import recv_array
+from minidl.distributed.pipeline.schedule import (
     FORWARD,
     Event,
     events_from_array,
     events_to_array,
     schedule,
 )
+from minidl.distributed.state import gather_states
 from minidl.nn.container import Sequential
 from minidl.nn.module import Module
 from minidl.tensor import Tensor

@@ -23,8 +23,8 @@ anything sent under ``no_grad()`` travel forward only.
 
 Also here: ``send_meta`` / ``recv_meta`` for when the receiver does not know the shape (a small
 fixed-size header first), ``StageBoundary`` (a stage's two neighbours and its messages, with headers)
-and ``CountingComm``, a communicator wrapper that counts the messages and bytes a rank sends: the
-communication volume of model, tensor and pipeline parallelism is measured with it.
+and ``CountingComm`` (``minidl.distributed.counting``) measures the communication volume of model,
+tensor and pipeline parallelism.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from minidl.distributed.context import get_comm
+from minidl.distributed.comm import get_comm
+from minidl.distributed.timeout import base_comm
 from minidl.tensor import Function, Tensor, is_grad_enabled
 
 # dtypes a header can name (index = code): what activations and token ids are made of
@@ -60,7 +61,7 @@ def _check_tag(tag: int, what: str) -> int:
 
 def _new_status(comm: Any) -> Any:
     """An ``MPI.Status`` for an mpi4py communicator, the simulated one's ``Status`` otherwise."""
-    comm = getattr(comm, "inner", comm)  # CountingComm
+    comm = base_comm(comm)  # see through CountingComm and TimeoutComm
     try:
         from mpi4py import MPI
     except ImportError:  # pragma: no cover - mpi4py is a dependency; the simulator works without it
@@ -230,53 +231,3 @@ class StageBoundary:
 
     def __repr__(self) -> str:
         return f"StageBoundary(rank={self.comm.Get_rank()}, prev={self.prev}, next={self.next}, tag={self.tag})"
-
-
-# ----------------------------------------------------------------------------- counting
-def _nbytes(buf: Any) -> int:
-    if isinstance(buf, (list, tuple)):  # mpi4py's [data, MPI.DOUBLE] / [data, count, type] forms
-        buf = buf[0]
-    return memoryview(buf).nbytes
-
-
-class CountingComm:
-    """A communicator that counts what this rank sends (Send, Isend, Sendrecv), then passes each call on.
-
-    ``messages_sent`` and ``bytes_sent`` since construction or ``reset()``; everything else
-    (``Recv``, ``Barrier``, ``Get_rank`` ...) goes to the wrapped ``inner`` communicator unchanged,
-    so collectives and the ops above run on it as on the original. Headers and agreement checks
-    count too: the number is what went on the wire.
-    """
-
-    def __init__(self, comm: Any):
-        self.inner = comm
-        self.messages_sent = 0
-        self.bytes_sent = 0
-
-    def reset(self) -> tuple[int, int]:
-        """Start counting again; returns the (messages, bytes) counted until now."""
-        counted = (self.messages_sent, self.bytes_sent)
-        self.messages_sent = self.bytes_sent = 0
-        return counted
-
-    def _count(self, buf: Any) -> None:
-        self.messages_sent += 1
-        self.bytes_sent += _nbytes(buf)
-
-    def Send(self, buf: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N802 - mpi4py's names
-        self._count(buf)
-        self.inner.Send(buf, *args, **kwargs)
-
-    def Isend(self, buf: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N802
-        self._count(buf)
-        return self.inner.Isend(buf, *args, **kwargs)
-
-    def Sendrecv(self, sendbuf: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N802
-        self._count(sendbuf)
-        self.inner.Sendrecv(sendbuf, *args, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def __repr__(self) -> str:
-        return f"CountingComm({self.inner!r}, messages_sent={self.messages_sent}, bytes_sent={self.bytes_sent})"

@@ -43,13 +43,13 @@ from typing import Any
 
 import numpy as np
 
-from minidl.distributed import compression as _compression
-from minidl.distributed.allreduce import ALGORITHMS, allreduce, check_algorithm
-from minidl.distributed.context import get_comm
+from minidl.distributed.comm import get_comm
+from minidl.distributed.data_parallel import compression as _compression
+from minidl.distributed.data_parallel.allreduce import ALGORITHMS, allreduce, check_algorithm
+from minidl.distributed.data_parallel.fusion import Bucket, pack, plan_buckets, unpack
+from minidl.distributed.data_parallel.timing import StepTimings
 from minidl.distributed.fingerprint import check_layout, optimizer_rows, parameter_rows
-from minidl.distributed.fusion import Bucket, pack, plan_buckets, unpack
 from minidl.distributed.timeout import activity
-from minidl.distributed.timing import StepTimings
 from minidl.optim.optimizer import Optimizer
 from minidl.tensor import Tensor
 

@@ -45,8 +45,8 @@ from typing import Any
 
 import numpy as np
 
-from minidl.distributed.allreduce import allreduce, check_algorithm
-from minidl.distributed.context import get_comm
+from minidl.distributed.comm import get_comm
+from minidl.distributed.data_parallel.allreduce import allreduce, check_algorithm
 from minidl.nn.init import default_weight_and_bias_
 from minidl.nn.linear import Linear, linear
 from minidl.nn.module import Module, Parameter

@@ -4,7 +4,7 @@ Plain ``BatchNorm2d`` in a data-parallel job normalizes with each rank's batch o
 statistics (and their noise) are those of b, whatever P is. Goyal et al. (2017) keep it that way on
 purpose (b = 32 per worker, so BN behaves as in small-batch training). With very small per-rank
 batches the statistics get too noisy; with a very large batch normalized as a whole they get too
-smooth - the large-batch trouble the Dell team met scaling ResNet-50 on CPUs (seed 004). SyncBatchNorm
+smooth - the large-batch trouble the Dell team met scaling ResNet-50 on CPUs (Hemsoth, "Scaling with Accuracy on CPU-Only HPC Infrastructure", 2018). SyncBatchNorm
 makes the choice explicit: the statistics are those of the global batch P*b, so P ranks compute
 exactly what one process with batch P*b computes.
 
@@ -36,8 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from minidl.distributed.allreduce import allreduce, check_algorithm
-from minidl.distributed.context import get_comm
+from minidl.distributed.comm import get_comm
+from minidl.distributed.data_parallel.allreduce import allreduce, check_algorithm
 from minidl.nn.module import Module
 from minidl.nn.norm import _BatchNorm
 from minidl.tensor import Tensor
