@@ -3,7 +3,8 @@
 The LSTM language model's decoder ends in softmax cross-entropy over [T*B, vocab] = [400, 10000] logits;
 every step pays for it. The fused op (minidl/ops/loss.py) makes one [N, C] buffer, exp(x - max), in the
 forward and scales it into the gradient in the backward. The composed version (log_softmax, then
-indexing, then mean) is the obvious program; PyTorch is the yardstick. One thread each; best of ``--repeats``.
+indexing, then mean) is the obvious program; PyTorch is the yardstick. One thread each; the median of ``--repeats``
+interleaved rounds with the min-max spread, and the peak memory.
 
     python benchmarks/cross_entropy.py [--n 400] [--c 10000] [--repeats 20]
 """
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"
@@ -21,23 +21,14 @@ import numpy as np  # noqa: E402
 
 import minidl  # noqa: E402
 import minidl.nn.functional as F  # noqa: E402
-
-
-def best_ms(fn, repeats: int) -> float:
-    fn()  # warm up
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return 1e3 * min(times)
+from minidl.measure import busy_note, interleaved, peak_rss_mb, seconds, spread  # noqa: E402
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=400)
     ap.add_argument("--c", type=int, default=10000)
-    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--repeats", type=int, default=15)
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     x = rng.standard_normal((args.n, args.c)).astype(np.float32)
@@ -54,10 +45,10 @@ def main() -> None:
     def scale_only():  # the floor: the x * w multiply and its backward, shared by both
         ((minidl.Tensor(x) * w).sum()).backward()
 
-    results = {
-        "minidl fused": best_ms(fused, args.repeats),
-        "minidl composed": best_ms(composed, args.repeats),
-        "minidl x*w only (floor)": best_ms(scale_only, args.repeats),
+    configs = {
+        "minidl fused": seconds(fused),
+        "minidl composed": seconds(composed),
+        "minidl x*w only (floor)": seconds(scale_only),
     }
     try:
         import torch
@@ -69,13 +60,18 @@ def main() -> None:
         def torch_ce():
             torch.nn.functional.cross_entropy(xt * wt, tt).backward()
 
-        results["torch"] = best_ms(torch_ce, args.repeats)
+        configs["torch"] = seconds(torch_ce)
     except ImportError:
-        pass
-    print(f"cross-entropy forward+backward, logits [{args.n}, {args.c}] float32, best of {args.repeats}")
-    base = results["minidl fused"]
-    for name, ms in results.items():
-        print(f"  {name:26s} {ms:8.2f} ms   ({ms / base:.2f}x fused)")
+        print("(PyTorch not installed: `make torch` adds it as the comparison)")
+    for measure in configs.values():
+        measure()  # warm up
+    samples = interleaved(configs, args.repeats)
+    print(f"cross-entropy forward+backward, logits [{args.n}, {args.c}] float32, median of {args.repeats} interleaved")
+    base = spread(samples["minidl fused"])[0]
+    for name, values in samples.items():
+        med, lo, hi = spread(values)
+        print(f"  {name:26s} {1e3 * med:8.2f} ms ({1e3 * lo:.2f}-{1e3 * hi:.2f})   ({med / base:.2f}x fused)")
+    print(f"{busy_note(samples)}; peak memory {peak_rss_mb():.0f} MB (this process, both frameworks)")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 
 for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(var, "1")
@@ -21,15 +20,18 @@ import numpy as np  # noqa: E402
 
 from minidl.data import generated_corpus, make_shapes  # noqa: E402
 from minidl.data.corpus_gen import CONFIGS, build_language  # noqa: E402
+from minidl.measure import peak_rss_mb, seconds, spread  # noqa: E402
 
 
-def best_time(fn, rounds: int) -> float:
-    times = []
-    for _ in range(rounds):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
+def median_time(fn, rounds: int) -> float:
+    """Median seconds of ``rounds`` calls (each result printed with its min-max below)."""
+    values = [seconds(fn)() for _ in range(rounds)]
+    med, lo, hi = spread(values)
+    TIMINGS.append((med, lo, hi))
+    return med
+
+
+TIMINGS: list[tuple[float, float, float]] = []
 
 
 def bigram_perplexity(train: np.ndarray, test: np.ndarray, vocab_size: int, k: float = 0.01) -> float:
@@ -43,16 +45,16 @@ def bigram_perplexity(train: np.ndarray, test: np.ndarray, vocab_size: int, k: f
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     words, images = (50_000, 1_000) if args.quick else (1_000_000, 10_000)
 
     hmm, _ = build_language(CONFIGS["default"], seed=0)
-    t_build = best_time(lambda: build_language(CONFIGS["default"], seed=0), args.rounds)
+    t_build = median_time(lambda: build_language(CONFIGS["default"], seed=0), args.rounds)
     sample = hmm.sample(words, np.random.default_rng(0))[1]
-    t_sample = best_time(lambda: hmm.sample(words, np.random.default_rng(0)), args.rounds)
+    t_sample = median_time(lambda: hmm.sample(words, np.random.default_rng(0)), args.rounds)
     n_fwd = min(words, 200_000)
-    t_fwd = best_time(lambda: hmm.token_log_probs(sample[:n_fwd]), args.rounds)
+    t_fwd = median_time(lambda: hmm.token_log_probs(sample[:n_fwd]), args.rounds)
     print(f"language: {hmm.num_states} hidden states, {hmm.num_symbols} words, built in {t_build * 1e3:.0f} ms")
     print(f"HMM sampling:      {words:>9,} words in {t_sample:.3f} s  ({words / t_sample:,.0f} words/s)")
     print(f"forward algorithm: {n_fwd:>9,} words in {t_fwd:.3f} s  ({n_fwd / t_fwd:,.0f} words/s)")
@@ -66,8 +68,10 @@ def main() -> None:
     )
 
     for channels in (1, 3):
-        t = best_time(lambda c=channels: make_shapes(images, channels=c), args.rounds)
+        t = median_time(lambda c=channels: make_shapes(images, channels=c), args.rounds)
         print(f"images {channels}x32x32:    {images:>9,} images in {t:.3f} s  ({images / t:,.0f} images/s)")
+    worst = max((hi - lo) / med for med, lo, hi in TIMINGS)
+    print(f"medians of {args.rounds} runs each, spread up to {100 * worst:.0f}%; peak memory {peak_rss_mb():.0f} MB")
 
 
 if __name__ == "__main__":

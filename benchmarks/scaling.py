@@ -43,6 +43,8 @@ import numpy as np  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ALGORITHMS = ["ring", "tree", "naive", "recursive_doubling", "rabenseifner", "auto", "mpi"]
 VOCAB, HIDDEN, LAYERS, T, B = 10_000, 200, 2, 20, 20
+sys.path.insert(0, ROOT)
+from minidl.measure import peak_rss_mb, spread  # noqa: E402
 
 
 # ----------------------------------------------------------------------------- the worker (one MPI job)
@@ -107,6 +109,7 @@ def worker(args: argparse.Namespace) -> None:
                         "words_per_s": P * words / step,
                         "words_per_s_per_rank": words / step,
                         **{f"{k}_ms": 1e3 * v for k, v in breakdown.items()},
+                        "peak_rss_mb": peak_rss_mb(),
                     }
                 ),
                 flush=True,
@@ -148,12 +151,20 @@ def launch(P: int, args: argparse.Namespace) -> list[dict]:
     return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
 
 
+def median_row(rows: list[dict]) -> dict:
+    """The run with the median words/s, with the spread of all runs (``min``/``max`` words/s)."""
+    rates = [r["words_per_s"] for r in rows]
+    med, lo, hi = spread(rates)
+    row = dict(min(rows, key=lambda r: abs(r["words_per_s"] - med)))
+    return row | {"words_per_s": med, "words_per_s_min": lo, "words_per_s_max": hi, "runs": len(rows)}
+
+
 def table(rows: list[dict]) -> str:
     base = next((r["words_per_s"] for r in rows if r["P"] == 1), None)
     t1 = next((r["ms_per_step"] for r in rows if r["P"] == 1), None)
     head = (
-        f"{'P':>3}  {'algorithm':<19}{'words/s':>9}{'per rank':>10}{'effic.':>8}"
-        f"{'ms/step':>9}{'compute':>9}{'wait':>7}{'comm':>7}{'comm-only eff.':>16}"
+        f"{'P':>3}  {'algorithm':<19}{'words/s':>9}{'(min-max)':>16}{'per rank':>10}{'effic.':>8}"
+        f"{'ms/step':>9}{'compute':>9}{'wait':>7}{'comm':>7}{'comm-only eff.':>16}{'peak MB':>9}"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
@@ -163,9 +174,10 @@ def table(rows: list[dict]) -> str:
             for k, w in (("compute_ms", 9), ("wait_ms", 7), ("communication_ms", 7))
         )
         bound = f"{100 * t1 / (t1 + r['communication_ms']):.0f}%" if t1 and "communication_ms" in r else "-"
+        rng = f"({r['words_per_s_min']:.0f}-{r['words_per_s_max']:.0f})" if "words_per_s_min" in r else ""
         lines.append(
-            f"{r['P']:>3}  {r['algorithm']:<19}{r['words_per_s']:>9.0f}{r['words_per_s_per_rank']:>10.0f}"
-            f"{eff:>8}{r['ms_per_step']:>9.1f}{parts}{bound:>16}"
+            f"{r['P']:>3}  {r['algorithm']:<19}{r['words_per_s']:>9.0f}{rng:>16}{r['words_per_s_per_rank']:>10.0f}"
+            f"{eff:>8}{r['ms_per_step']:>9.1f}{parts}{bound:>16}{r.get('peak_rss_mb', float('nan')):>9.0f}"
         )
     return "\n".join(lines)
 
@@ -179,7 +191,7 @@ def main() -> None:
     ap.add_argument("--compression", default=None, choices=[None, "fp16"])
     ap.add_argument("--steps", type=int, default=15, help="timed steps per run (median is reported)")
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--repeats", type=int, default=1, help="measure every P this many times, keep each best")
+    ap.add_argument("--repeats", type=int, default=5, help="measure every P this many times, interleaved")
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--json", default=None, help="also write the rows to this file")
     ap.add_argument("--quick", action="store_true", help="a few steps only (smoke test)")
@@ -191,24 +203,27 @@ def main() -> None:
         worker(args)
         return
     counts = [int(p) for p in args.ranks.split(",")] if args.ranks else rank_counts(args.max_ranks)
-    best: dict[tuple[int, str], dict] = {}
+    runs: dict[tuple[int, str], list[dict]] = {}
     if args.from_json:
         with open(args.from_json) as f:
-            best = {(r["P"], r["algorithm"]): r for r in json.load(f)}
+            runs = {(r["P"], r["algorithm"]): [r] for r in json.load(f)}
         args.repeats = 0
     for _ in range(args.repeats):
         for P in counts:  # interleaved repeats: a noisy neighbour hits every P alike
             for row in launch(P, args):
-                key = (row["P"], row["algorithm"])
-                if key not in best or row["words_per_s"] > best[key]["words_per_s"]:
-                    best[key] = row
+                runs.setdefault((row["P"], row["algorithm"]), []).append(row)
     rows = sorted(
-        best.values(), key=lambda r: (r["P"], ALGORITHMS.index(r["algorithm"]) if r["algorithm"] in ALGORITHMS else -1)
+        map(median_row, runs.values()),
+        key=lambda r: (r["P"], ALGORITHMS.index(r["algorithm"]) if r["algorithm"] in ALGORITHMS else -1),
     )
     print(
         f"Zaremba-small LSTM LM (vocab {VOCAB}, {LAYERS}x{HIDDEN}, T={T}, b={B} per rank), "
         f"weak scaling, compression={args.compression}, "
-        + (f"rows from {args.from_json}" if args.from_json else f"median of {args.steps} steps, best of {args.repeats}")
+        + (
+            f"rows from {args.from_json}"
+            if args.from_json
+            else f"median of {args.steps} steps per run, median (min-max) of {args.repeats} interleaved runs"
+        )
     )
     print(table(rows))
     for P in sorted({r["P"] for r in rows if r["P"] > 1}):

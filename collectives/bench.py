@@ -21,7 +21,7 @@ import numpy as np
 
 import collectives
 from collectives import cost
-from collectives.check import INLINE
+from collectives.agreement import INLINE
 
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 DEFAULT_SIZES = "1K,4K,16K,64K,256K,1M,4M,16M,64M"

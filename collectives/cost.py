@@ -25,6 +25,7 @@ total; the tests hold the simulator's message record to these numbers.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from dataclasses import dataclass
@@ -59,6 +60,34 @@ class CostParams:
 # gamma 0.06-0.15 ns/B.
 DEFAULT = CostParams(alpha=5e-6, beta=3e-10, gamma=7e-11)
 _params = DEFAULT
+
+
+def save_params(params: CostParams, path: str, **about: Any) -> None:
+    """Write ``params`` as JSON ({"alpha": s, "beta": s/B, "gamma": s/B, ...}); ``about`` adds fields (p, host, ...)."""
+    with open(path, "w") as f:
+        json.dump({"alpha": params.alpha, "beta": params.beta, "gamma": params.gamma, **about}, f, indent=2)
+        f.write("\n")
+
+
+def load_params(path: str) -> CostParams:
+    """The CostParams saved by ``save_params`` (python -m collectives.calibrate --out PATH).
+
+    Refuses, naming the file and the field, anything but finite non-negative numbers for alpha, beta, gamma.
+    """
+    with open(path) as f:
+        try:
+            data = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: not a calibration file (JSON): {e}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not a calibration file: expected a JSON object with alpha, beta and gamma")
+    values = []
+    for key in ("alpha", "beta", "gamma"):
+        value = data.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise ValueError(f"{path}: {key} must be a finite non-negative number (seconds), got {value!r}")
+        values.append(float(value))
+    return CostParams(*values)
 
 
 def get_params() -> CostParams:
@@ -111,10 +140,11 @@ def predict(algorithm: str, p: int, nbytes: float, params: CostParams | None = N
     return t.rounds * c.alpha + t.sent * c.beta + t.reduced * c.gamma
 
 
-def predict_check(p: int, params: CostParams | None = None, message_bytes: int = 144) -> float:
-    """Predicted seconds of the agreement check: a recursive-doubling handshake of 144-byte messages.
+def predict_check(p: int, params: CostParams | None = None, message_bytes: int = 112) -> float:
+    """Predicted seconds of the agreement check: a recursive-doubling handshake of 112-byte messages.
 
-    (log2 p' + 2d) (alpha + 144 beta): check.handshake without data (128-byte header + status word).
+    (log2 p' + 2d) (alpha + 112 beta): agreement.handshake without data (the header of a 1-d array,
+    88 + 8 bytes, and the 16-byte status word).
     Recursive doubling carries its short data in the handshake and pays no check of its own.
     """
     c = params or _params
@@ -202,7 +232,7 @@ def _round_time(comm: Any, repeats: int) -> float:
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        allreduce(comm, x, check=False)
+        allreduce(comm, x, np.add)
         times.append(time.perf_counter() - t0)
     return float(np.median(times)) / (2 * (comm.Get_size() - 1))
 
@@ -225,7 +255,7 @@ def calibrate(comm: Any, large: int = 1 << 24, repeats: int = 10, apply: bool = 
         values[0] = max(alpha, _round_time(comm, repeats * 10))
         values[1] = max(_exchange_time(comm, large, repeats, batch=3, buffers=3) - alpha, 0.0) / large
     values[2] = _reduction_time(large, repeats)
-    params = CostParams(*map(float, allreduce(comm, values, op="max", check=False)))
+    params = CostParams(*map(float, allreduce(comm, values, np.maximum)))
     if apply:
         set_params(params)
     return params

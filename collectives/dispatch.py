@@ -1,10 +1,15 @@
 """One entry point per collective: ``allreduce(comm, x, op, algorithm="auto")`` and friends.
 
+Every entry point here is the algorithm files' schedule behind the agreement check (agreement.py):
+it validates the arguments, checks that every rank brings the same call, shape, dtype, op and root
+(a MismatchError on every rank if not), runs the schedule on the flat array and gives the result
+its shape. The algorithm files themselves know nothing of the check.
+
 "auto" does what MPICH does with its size thresholds, but from the cost model: it predicts every
 algorithm's time for this p and message size and takes the fastest (on equal predictions, the
 first in cost.PREFERENCE: the ring before Rabenseifner). ``choose_algorithm`` shows the choice
-and the predictions. Every rank computes the same choice from the same (p, size,
-parameters); if ranks disagree on the size, the agreement check of the chosen algorithms says so.
+and the predictions. Every rank computes the same choice from the same (p, size, parameters); if
+ranks disagree on the size, the agreement check of the chosen algorithms says so.
 """
 
 from __future__ import annotations
@@ -14,17 +19,31 @@ from typing import Any
 
 import numpy as np
 
-from collectives import naive, rabenseifner, recursive_doubling, ring, tree
-from collectives.check import agree
+from collectives import dissemination, exchange, naive, prefix, rabenseifner, recursive_doubling, ring, tree
+from collectives.agreement import (
+    agree,
+    agree_on_counts,
+    agree_with_root,
+    as_native_array,
+    checked_reduction,
+    handshake,
+    header,
+    raise_unless_agreed,
+)
+from collectives.common import block_bounds, bounds_of
 from collectives.cost import ALGORITHMS, PREFERENCE, TIE, CostParams, get_params, predict
-from collectives.pof2 import allgather_blocks
+from collectives.fold import allgather_blocks
+from collectives.loc import wire
 
-_ALLREDUCE = {
-    "naive": naive.allreduce,
-    "tree": tree.allreduce,
-    "ring": ring.allreduce,
-    "recursive_doubling": recursive_doubling.allreduce,
-    "rabenseifner": rabenseifner.allreduce,
+ALLREDUCE = {
+    name: checked_reduction(module.allreduce, f"{name}.allreduce", carries_short=module is recursive_doubling)
+    for name, module in [
+        ("naive", naive),
+        ("tree", tree),
+        ("ring", ring),
+        ("recursive_doubling", recursive_doubling),
+        ("rabenseifner", rabenseifner),
+    ]
 }
 
 
@@ -61,7 +80,7 @@ def _choose(p: int, nbytes: int, params: CostParams) -> tuple[str, tuple]:
 
 
 def allreduce(comm: Any, x: Any, op: str = "sum", algorithm: str = "auto", check: bool = True) -> np.ndarray:
-    """The elementwise ``op`` ("sum", "prod", "max", "min") of every rank's ``x``, a new array on every rank.
+    """The elementwise ``op`` of every rank's ``x``, a new array on every rank (ops: common.py).
 
     ``algorithm``: "auto" (chosen by the cost model), "naive", "tree", "ring", "recursive_doubling"
     or "rabenseifner". ``x`` is never modified; every rank gets bitwise the same result. With
@@ -69,27 +88,60 @@ def allreduce(comm: Any, x: Any, op: str = "sum", algorithm: str = "auto", check
     """
     if algorithm == "auto":
         algorithm = _auto(comm.Get_size(), x.nbytes if isinstance(x, np.ndarray) else np.asarray(x).nbytes)
-    if algorithm not in _ALLREDUCE:
-        raise ValueError(f"unknown allreduce algorithm {algorithm!r}: expected auto or one of {list(_ALLREDUCE)}")
-    return _ALLREDUCE[algorithm](comm, x, op, check=check)
+    run = ALLREDUCE.get(algorithm)
+    if run is None:
+        raise ValueError(f"unknown allreduce algorithm {algorithm!r}: expected auto or one of {list(ALLREDUCE)}")
+    return run(comm, x, op, check)
 
 
-def reduce_scatter(comm: Any, x: Any, op: str = "sum", algorithm: str = "ring") -> np.ndarray:
-    """Block r (np.array_split(·, p) blocks) of the reduction of the flattened ``x``, on rank r.
+def reduce(comm: Any, x: Any, op: str = "sum", root: int = 0) -> np.ndarray | None:
+    """The elementwise ``op`` of every rank's ``x`` on the root (a new array); None on the other ranks."""
+    shape = np.shape(x)
+    flat, f = agree(comm, x, op, "tree.reduce", root=root)
+    out = tree.reduce(wire(comm, flat.dtype), flat, f, root)
+    return None if out is None else out.reshape(shape)
 
-    ``algorithm``: "ring" or "recursive_halving".
+
+def broadcast(comm: Any, x: Any, root: int = 0) -> np.ndarray:
+    """The root's ``x`` as a new array on every rank (binomial tree).
+
+    Other ranks pass an array of the same shape and dtype (its values are ignored), as with
+    MPI_Bcast, or None: the root's shape and dtype come with the agreement check.
+    """
+    shape, dtype = agree_with_root(comm, x, "broadcast", root, same_as_root=True)
+    if comm.Get_rank() == root:
+        buf = np.array(as_native_array(x), dtype=dtype).reshape(-1)
+    else:
+        buf = np.empty(int(np.prod(shape)), dtype)
+    tree.broadcast_into(wire(comm, dtype), buf, root)
+    return buf.reshape(shape)
+
+
+def reduce_scatter(comm: Any, x: Any, op: str = "sum", algorithm: str = "ring", counts: Any = None) -> np.ndarray:
+    """Block r of the elementwise ``op`` of every rank's flattened ``x``, on rank r.
+
+    Blocks: ``counts`` (p sizes adding up to x.size, the same on every rank, as MPI_Reduce_scatter's
+    recvcounts) or, by default, np.array_split(., p)'s. ``algorithm``: "ring" or "recursive_halving".
     """
     impl = {"ring": ring.reduce_scatter, "recursive_halving": rabenseifner.reduce_scatter}
     if algorithm not in impl:
         raise ValueError(f"unknown reduce_scatter algorithm {algorithm!r}: expected 'ring' or 'recursive_halving'")
-    return impl[algorithm](comm, x, op)
+    call = f"{algorithm}.reduce_scatter" + ("" if counts is None else "v")  # another header: no mixing the two
+    if counts is None:
+        flat, f = agree(comm, x, op, call)
+        b = block_bounds(flat.size, comm.Get_size())
+    else:
+        flat = as_native_array(x).reshape(-1)
+        b = bounds_of(agree_on_counts(comm, counts, flat, op, call))
+        _, f = agree(comm, flat, op, call, check=False)
+    return impl[algorithm](wire(comm, flat.dtype), flat, f, b)
 
 
 def allgather(comm: Any, x: Any, algorithm: str = "ring") -> np.ndarray:
     """Every rank's ``x`` (same shape and dtype on all), stacked: shape (p, *x.shape) on every rank.
 
     ``algorithm``: "ring" (ring.allgather_into: p - 1 steps of one block) or "recursive_doubling"
-    (pof2.allgather_blocks: log2 p steps of doubling size, + 2 when p is not a power of two).
+    (fold.allgather_blocks: log2 p steps of doubling size, + 2 when p is not a power of two).
     """
     if algorithm not in ("ring", "recursive_doubling"):
         raise ValueError(f"unknown allgather algorithm {algorithm!r}: expected 'ring' or 'recursive_doubling'")
@@ -99,7 +151,82 @@ def allgather(comm: Any, x: Any, algorithm: str = "ring") -> np.ndarray:
     out = np.empty(p * m, dtype=x.dtype)
     out[rank * m : (rank + 1) * m] = x
     if algorithm == "ring":
-        ring.allgather_into(comm, out, [r * m for r in range(p + 1)])
+        ring.allgather_into(wire(comm, x.dtype), out, [r * m for r in range(p + 1)])
     else:
-        allgather_blocks(comm, out, m)
+        allgather_blocks(wire(comm, x.dtype), out, m)
     return out.reshape((p, *shape))
+
+
+def gather(comm: Any, x: Any, root: int = 0) -> np.ndarray | None:
+    """Every rank's ``x`` (same shape and dtype on all) stacked on the root: shape (p, *x.shape); None elsewhere."""
+    shape = np.shape(x)
+    flat, _ = agree(comm, x, None, "gather", root=root)
+    p, m = comm.Get_size(), flat.size
+    out = naive.gatherv(wire(comm, flat.dtype), flat, [r * m for r in range(p + 1)], root)
+    return None if out is None else out.reshape((p, *shape))
+
+
+def scatter(comm: Any, x: Any, root: int = 0) -> np.ndarray:
+    """Row r of the root's ``x`` (shape (p, ...)) on rank r. Other ranks pass None (anything else is ignored)."""
+    p = comm.Get_size()
+    shape, dtype = agree_with_root(comm, x, "scatter", root, same_as_root=False)
+    if len(shape) == 0 or shape[0] != p:
+        raise ValueError(f"scatter: the root's array must have shape ({p}, ...) for {p} ranks, got {shape}")
+    m = int(np.prod(shape[1:]))
+    flat = np.ascontiguousarray(x, dtype=dtype).reshape(-1) if comm.Get_rank() == root else None
+    out = np.empty(m, dtype)
+    naive.scatterv(wire(comm, dtype), flat, out, [r * m for r in range(p + 1)], root)
+    return out.reshape(shape[1:])
+
+
+def barrier(comm: Any, check: bool = True) -> None:
+    """Wait until every rank has called barrier (dissemination: ceil(log2 p) rounds of empty messages).
+
+    With ``check`` the handshake first makes sure every rank is in a barrier (a rank in another
+    collective gets a MismatchError, as every rank does, instead of a hang).
+    """
+    if check and comm.Get_size() > 1:
+        head = header(None, "", "barrier")
+        raise_unless_agreed(comm, head, handshake(comm, head)[1])
+    dissemination.barrier(comm)
+
+
+def alltoall(comm: Any, x: Any, algorithm: str = "auto", check: bool = True) -> np.ndarray:
+    """Row j of every rank's ``x`` (shape (p, ...), the same on all) goes to rank j: out[i] = rank i's x[r].
+
+    ``algorithm``: "pairwise" (p - 1 rounds, each block sent once), "bruck" (ceil(log2 p) rounds,
+    blocks forwarded) or "auto": Bruck for blocks of at most 256 bytes, as MPICH.
+    """
+    shape = np.shape(x)
+    p = comm.Get_size()
+    if len(shape) == 0 or shape[0] != p:
+        raise ValueError(f"alltoall: x must have shape ({p}, ...) for {p} ranks, got {shape}")
+    flat, _ = agree(comm, x, None, "alltoall", check=check)
+    m = flat.size // p
+    if algorithm == "auto":
+        algorithm = "bruck" if m * flat.itemsize <= 256 else "pairwise"
+    if algorithm == "bruck":
+        out = exchange.bruck(wire(comm, flat.dtype), flat, m)
+    elif algorithm == "pairwise":
+        b = [r * m for r in range(p + 1)]
+        out = exchange.pairwise(wire(comm, flat.dtype), flat, b, b)
+    else:
+        raise ValueError(f"unknown alltoall algorithm {algorithm!r}: expected 'auto', 'pairwise' or 'bruck'")
+    return out.reshape(shape)
+
+
+def scan(comm: Any, x: Any, op: str = "sum", check: bool = True) -> np.ndarray:
+    """x_0 op x_1 op ... op x_r on rank r (MPI_Scan), a new array of x's shape (recursive doubling)."""
+    shape = np.shape(x)
+    flat, f = agree(comm, x, op, "scan", check=check)
+    out = prefix.scan(wire(comm, flat.dtype), flat, f, inclusive=True)
+    assert out is not None
+    return out.reshape(shape)
+
+
+def exscan(comm: Any, x: Any, op: str = "sum", check: bool = True) -> np.ndarray | None:
+    """x_0 op ... op x_(r-1) on rank r > 0 (MPI_Exscan), a new array of x's shape; None on rank 0."""
+    shape = np.shape(x)
+    flat, f = agree(comm, x, op, "exscan", check=check)
+    out = prefix.scan(wire(comm, flat.dtype), flat, f, inclusive=False)
+    return None if out is None else out.reshape(shape)

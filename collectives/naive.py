@@ -7,25 +7,27 @@ Cost, p ranks, n bytes (the root does everything, one message at a time):
 Linear in p in every term: the root's link and its CPU are the bottleneck while the other p - 1
 ranks wait. The tree, the ring and Rabenseifner's algorithm all exist to spread that work out.
 
-Also here, the linear building blocks:
-    gather   the root receives p - 1 blocks:  (p - 1) (alpha + m beta) at the root
-    scatter  the root sends p - 1 blocks:     (p - 1) (alpha + m beta) at the root
+Worked example, p = 4: rank 0 receives x1, x2, x3 in turn, forming ((x0 + x1) + x2) + x3, then
+sends the sum to 1, 2 and 3: 6 rounds, 6 vectors through rank 0's link, 2 through each other's.
+
+Also here, the linear building blocks, with per-rank counts c_r (the v-variants) or equal ones:
+    gather(v)   the root receives p - 1 blocks:  (p - 1) alpha + (n - c_root) beta at the root
+    scatter(v)  the root sends p - 1 blocks:     (p - 1) alpha + (n - c_root) beta at the root
+Every function here is a schedule on flat arrays whose agreement is already checked (dispatch.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from collectives.check import agree, agree_with_root
-from collectives.common import TAG_BCAST, TAG_GATHER, TAG_SCATTER, waitall
+from collectives.common import TAG_BCAST, TAG_GATHER, TAG_SCATTER, Op, waitall
 
 
-def allreduce(comm: Any, x: Any, op: str = "sum", check: bool = True) -> np.ndarray:
-    """The elementwise ``op`` of every rank's ``x``, as a new array of x's shape on every rank."""
-    shape = np.shape(x)
-    x, f = agree(comm, x, op, "naive.allreduce", check=check)
+def allreduce(comm: Any, x: np.ndarray, f: Op = np.add) -> np.ndarray:
+    """f over every rank's flat ``x``, as a new flat array on every rank."""
     rank, p = comm.Get_rank(), comm.Get_size()
     acc = np.empty_like(x)
     if rank == 0:
@@ -40,34 +42,27 @@ def allreduce(comm: Any, x: Any, op: str = "sum", check: bool = True) -> np.ndar
     else:
         comm.Send(x, 0, TAG_GATHER)
         comm.Recv(acc, 0, TAG_BCAST)
-    return acc.reshape(shape)
+    return acc
 
 
-def gather(comm: Any, x: Any, root: int = 0) -> np.ndarray | None:
-    """Every rank's ``x`` (same shape and dtype on all) stacked on the root: shape (p, *x.shape); None elsewhere."""
-    shape = np.shape(x)
-    x, _ = agree(comm, x, None, "gather", root=root)
+def gatherv(comm: Any, x: np.ndarray, bounds: Sequence[int], root: int = 0) -> np.ndarray | None:
+    """Every rank's flat ``x`` (rank r's of bounds[r+1] - bounds[r] elements) end to end on the root; None elsewhere."""
     rank, p = comm.Get_rank(), comm.Get_size()
     if rank != root:
         comm.Send(x, root, TAG_GATHER)
         return None
-    out = np.empty((p, x.size), dtype=x.dtype)
-    out[root] = x
-    waitall([comm.Irecv(out[src], src, TAG_GATHER) for src in range(p) if src != root])
-    return out.reshape((p, *shape))
-
-
-def scatter(comm: Any, x: Any, root: int = 0) -> np.ndarray:
-    """Row r of the root's ``x`` (shape (p, ...)) on rank r. Other ranks pass None (anything else is ignored)."""
-    rank, p = comm.Get_rank(), comm.Get_size()
-    shape, dtype = agree_with_root(comm, x, "scatter", root, same_as_root=False)
-    if len(shape) == 0 or shape[0] != p:
-        raise ValueError(f"scatter: the root's array must have shape ({p}, ...) for {p} ranks, got {shape}")
-    out = np.empty(shape[1:], dtype=dtype)
-    if rank == root:
-        x = np.ascontiguousarray(x, dtype=dtype)
-        out[...] = x[root]
-        waitall([comm.Isend(x[dest], dest, TAG_SCATTER) for dest in range(p) if dest != root])
-    else:
-        comm.Recv(out, root, TAG_SCATTER)
+    out = np.empty(bounds[p], dtype=x.dtype)
+    out[bounds[root] : bounds[root + 1]] = x
+    waitall([comm.Irecv(out[bounds[s] : bounds[s + 1]], s, TAG_GATHER) for s in range(p) if s != root])
     return out
+
+
+def scatterv(comm: Any, x: np.ndarray | None, out: np.ndarray, bounds: Sequence[int], root: int = 0) -> None:
+    """Elements bounds[r]:bounds[r+1] of the root's flat ``x`` into ``out`` on rank r (x: None off the root)."""
+    rank, p = comm.Get_rank(), comm.Get_size()
+    if rank != root:
+        comm.Recv(out, root, TAG_SCATTER)
+        return
+    assert x is not None
+    out[...] = x[bounds[root] : bounds[root + 1]]
+    waitall([comm.Isend(x[bounds[d] : bounds[d + 1]], d, TAG_SCATTER) for d in range(p) if d != root])

@@ -3,8 +3,8 @@
 Recursive halving: in the first step rank r pairs with the rank p/2 away; each keeps one half of
 the vector, sends the other half and adds the half it receives. Then p/4 away on the quarter it
 kept, and so on: after log2 p steps rank r holds block r, reduced. The recursive-doubling
-allgather (pof2.doubling_allgather) brings the blocks back, doubling what is sent each step.
-Non-powers of two: MPICH's fold (pof2.py), p' the largest power of two <= p, d = 1 if p != p'.
+allgather (fold.doubling_allgather) brings the blocks back, doubling what is sent each step.
+Non-powers of two: MPICH's fold (fold.py), p' the largest power of two <= p, d = 1 if p != p'.
 
 Cost, p ranks, n bytes (Rabenseifner 2004; Thakur, Rabenseifner & Gropp 2005):
     reduce-scatter  log2 p' alpha + (p' - 1)/p' n beta + (p' - 1)/p' n gamma
@@ -14,6 +14,14 @@ The ring's bandwidth with only 2 log2 p steps: MPICH's choice for long messages.
 the ring: the same two messages and the same local work (halving_into receives into the result
 and reduces in place, no copies). Each block is reduced in exactly one place and then copied, so
 all ranks end with the same bits.
+
+Worked example, p = 4, n = 8 (segments of 2 elements, S_j = elements 2j:2j+2):
+    halving   step 1 (distance 2): 0<->2, 1<->3; 0 and 1 keep S0, S1 and send S2, S3; 2 and 3 the reverse
+              step 2 (distance 1): 0<->1, 2<->3; 0 keeps S0 and sends S1 (a partial of x0+x2) to 1, ...
+              now rank r holds S_r = x0 + x1 + x2 + x3 on its segment
+    doubling  step 3 (distance 1): 0<->1, 2<->3 swap one segment; step 4 (distance 2): swap two
+4 rounds (the ring: 6) and 3/4 n + 3/4 n elements sent per rank (as the ring). Schedules on flat
+arrays whose agreement is already checked (dispatch.py).
 """
 
 from __future__ import annotations
@@ -22,12 +30,11 @@ from typing import Any
 
 import numpy as np
 
-from collectives.check import agree
-from collectives.common import TAG_FOLD, TAG_REDUCE_SCATTER, block_bounds
-from collectives.pof2 import Fold, doubling_allgather, fold_in, fold_of, fold_out
+from collectives.common import TAG_FOLD, TAG_REDUCE_SCATTER, Op, block_bounds
+from collectives.fold import Fold, doubling_allgather, fold_in, fold_of, fold_out
 
 
-def halving_into(comm: Any, mine: np.ndarray, acc: np.ndarray, f: np.ufunc, seg: list[int], fold: Fold) -> None:
+def halving_into(comm: Any, mine: np.ndarray, acc: np.ndarray, f: Op, seg: list[int], fold: Fold) -> None:
     """Recursive-halving reduce-scatter among the p' new ranks.
 
     ``mine`` is this rank's partial vector (x itself, or acc after the fold); segment j is
@@ -65,10 +72,8 @@ def halving_into(comm: Any, mine: np.ndarray, acc: np.ndarray, f: np.ufunc, seg:
         mask >>= 1
 
 
-def allreduce(comm: Any, x: Any, op: str = "sum", check: bool = True) -> np.ndarray:
-    """The elementwise ``op`` of every rank's ``x``, as a new array of x's shape on every rank."""
-    shape = np.shape(x)
-    x, f = agree(comm, x, op, "rabenseifner.allreduce", check=check)
+def allreduce(comm: Any, x: np.ndarray, f: Op = np.add) -> np.ndarray:
+    """f over every rank's flat ``x``, as a new flat array on every rank."""
     rank, p = comm.Get_rank(), comm.Get_size()
     fold = fold_of(rank, p)
     acc = np.empty_like(x)
@@ -80,18 +85,18 @@ def allreduce(comm: Any, x: Any, op: str = "sum", check: bool = True) -> np.ndar
     fold_out(comm, acc, fold)
     if p == 1:
         acc[...] = x
-    return acc.reshape(shape)
+    return acc
 
 
-def reduce_scatter(comm: Any, x: Any, op: str = "sum") -> np.ndarray:
-    """Block r of the reduction of the flattened ``x`` over all ranks, on rank r (recursive halving).
+def reduce_scatter(comm: Any, x: np.ndarray, f: Op = np.add, b: list[int] | None = None) -> np.ndarray:
+    """Block r (elements b[r]:b[r+1]) of f over every rank's flat ``x``, on rank r (recursive halving).
 
-    Blocks split the n elements as np.array_split(·, p) does. Non-powers of two (MPICH): after the
-    fold, new rank i < rem holds the blocks of old ranks 2i and 2i+1, and sends block 2i back.
+    ``b``: the block offsets (common.bounds_of(counts)); default np.array_split's. Non-powers of
+    two (MPICH): after the fold, new rank i < rem holds the blocks of old ranks 2i and 2i+1, and
+    sends block 2i back.
     """
-    x, f = agree(comm, x, op, "rabenseifner.reduce_scatter")
     rank, p = comm.Get_rank(), comm.Get_size()
-    fold, b = fold_of(rank, p), block_bounds(x.size, p)
+    fold, b = fold_of(rank, p), b or block_bounds(x.size, p)
     acc = np.empty_like(x)
     mine = fold_in(comm, x, acc, f, fold)
     if fold.newrank >= 0:

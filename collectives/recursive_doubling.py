@@ -1,7 +1,7 @@
 """Recursive-doubling allreduce: log2 p exchanges of the whole vector with partners 1, 2, 4, ... away.
 
 In step k rank r swaps its partial result with rank r XOR 2^k and both combine the two; after
-log2 p steps each partial covers all ranks. Non-powers of two: MPICH's fold (pof2.py), p' the
+log2 p steps each partial covers all ranks. Non-powers of two: MPICH's fold (fold.py), p' the
 largest power of two <= p and d = 1 if p != p' else 0.
 
 Cost, p ranks, n bytes:
@@ -10,13 +10,15 @@ The fewest rounds of any algorithm here, but every round moves the whole vector:
 algorithm (MPICH uses it below 2 KiB). Both partners combine the same two operands in rank order
 (common.combine), so their bits agree.
 
-The agreement check (check.handshake) is itself a recursive doubling over the same partners, so
-for vectors of at most INLINE (16 KiB) bytes it is the allreduce: each message is the sender's
-128-byte header, a mismatch flag and the partial result, and the data of a rank whose header
-differs is never combined. One pass instead of two: for short vectors this halves the time of a
-checked allreduce. Longer vectors are checked by a handshake without data, then exchanged here.
+Worked example, p = 4:
+    step 1   0<->1, 2<->3   rank 0 holds x0 + x1, rank 2 holds x2 + x3
+    step 2   0<->2, 1<->3   every rank holds (x0 + x1) + (x2 + x3)
+2 rounds (the ring: 6), each with the whole vector (the ring: a quarter of it).
 
-The recursive-doubling allgather (any p, with the same fold) is pof2.allgather_blocks:
+Checked and short, this schedule never runs: the agreement handshake is a recursive doubling over
+the same partners and carries vectors of up to 16 KiB itself (agreement.py, "a lesson in saving a
+latency-bound round"). The recursive-doubling allgather (any p, with the same fold) is
+fold.allgather_blocks:
     allgather   (log2 p' + 2d) alpha + about (p - 1 + d (p + 1)) m beta   for m bytes per rank
 """
 
@@ -26,35 +28,12 @@ from typing import Any
 
 import numpy as np
 
-from collectives.check import INLINE, as_native_array, handshake, header_bytes, raise_unless_agreed
-from collectives.common import TAG_EXCHANGE, combine, reduction
-from collectives.pof2 import fold_in, fold_of, fold_out
-
-NAME = "recursive_doubling.allreduce"
+from collectives.common import TAG_EXCHANGE, Op, combine
+from collectives.fold import fold_in, fold_of, fold_out
 
 
-def allreduce(comm: Any, x: Any, op: str = "sum", check: bool = True) -> np.ndarray:
-    """The elementwise ``op`` of every rank's ``x``, as a new array of x's shape on every rank."""
-    x = as_native_array(x)
-    shape, flat = x.shape, x.reshape(-1)
-    try:
-        f, error = reduction(op, x.dtype), None
-    except (TypeError, ValueError) as e:  # raised after the check, so that it is the same on every rank
-        f, error = None, e
-    if check and comm.Get_size() > 1:
-        head = header_bytes(shape, x.dtype, str(op), NAME)
-        short = x.nbytes <= INLINE
-        out, agreed = handshake(comm, head, flat, f) if short else handshake(comm, head)
-        raise_unless_agreed(comm, head, agreed)
-        if short and error is None:
-            return out.reshape(shape)  # the handshake was the allreduce
-    if error is not None:
-        raise error
-    return _doubling(comm, flat, f).reshape(shape)
-
-
-def _doubling(comm: Any, x: np.ndarray, f: np.ufunc) -> np.ndarray:
-    """Recursive doubling of the flat x without the check: f over every rank's x, a new array."""
+def allreduce(comm: Any, x: np.ndarray, f: Op = np.add) -> np.ndarray:
+    """f over every rank's flat ``x``, as a new flat array on every rank."""
     rank, p = comm.Get_rank(), comm.Get_size()
     fold = fold_of(rank, p)
     acc = np.empty_like(x)

@@ -12,6 +12,25 @@ Cost, p ranks, n bytes (each step moves n/p bytes per rank, all links busy at on
 The bandwidth term is the lower bound for any allreduce and does not grow with p; the latency
 term does, so the ring is the long-message algorithm. Each block is reduced by one chain of ranks
 and then copied, so all ranks end with the same bits.
+
+Worked example: every transfer at p = 4, n = 8, as ``collectives.explain("ring", p=4, n=8)``
+prints it from the simulator's record of this code's messages (tests/test_collectives_explain.py
+holds this table to it). "b3=x0+x1 -> 2" is block 3, holding the sum of ranks 0 and 1's
+contributions, sent to rank 2:
+
+    ring allreduce, p = 4, n = 8; x_r is rank r's vector; blocks (elements): b0 = 0:2, b1 = 2:4, b2 = 4:6, b3 = 6:8
+    step  phase          rank 0 sends         rank 1 sends         rank 2 sends         rank 3 sends
+       1  reduce-scatter b3=x0 -> 1           b0=x1 -> 2           b1=x2 -> 3           b2=x3 -> 0
+       2  reduce-scatter b2=x0+x3 -> 1        b3=x0+x1 -> 2        b0=x1+x2 -> 3        b1=x2+x3 -> 0
+       3  reduce-scatter b1=x0+x2+x3 -> 1     b2=x0+x1+x3 -> 2     b3=x0+x1+x2 -> 3     b0=x1+x2+x3 -> 0
+       4  allgather      b0=x0+x1+x2+x3 -> 1  b1=x0+x1+x2+x3 -> 2  b2=x0+x1+x2+x3 -> 3  b3=x0+x1+x2+x3 -> 0
+       5  allgather      b3=x0+x1+x2+x3 -> 1  b0=x0+x1+x2+x3 -> 2  b1=x0+x1+x2+x3 -> 3  b2=x0+x1+x2+x3 -> 0
+       6  allgather      b2=x0+x1+x2+x3 -> 1  b3=x0+x1+x2+x3 -> 2  b0=x0+x1+x2+x3 -> 3  b1=x0+x1+x2+x3 -> 0
+    afterwards every rank holds x0+x1+x2+x3 in every block
+
+In the reduce-scatter each block travels round the ring gathering one contribution a step and
+arrives complete at its owner (block r at rank r after step 3); in the allgather it travels round
+once more as it is. Schedules on flat arrays whose agreement is already checked (dispatch.py).
 """
 
 from __future__ import annotations
@@ -20,11 +39,10 @@ from typing import Any
 
 import numpy as np
 
-from collectives.check import agree
-from collectives.common import TAG_ALLGATHER, TAG_REDUCE_SCATTER, block_bounds
+from collectives.common import TAG_ALLGATHER, TAG_REDUCE_SCATTER, Op, block_bounds
 
 
-def reduce_scatter_into(comm: Any, x: np.ndarray, acc: np.ndarray, f: np.ufunc, b: list[int]) -> None:
+def reduce_scatter_into(comm: Any, x: np.ndarray, acc: np.ndarray, f: Op, b: list[int]) -> None:
     """Ring reduce-scatter of flat x (read only): afterwards acc[b[r]:b[r+1]] is block r reduced over all ranks.
 
     The received partial sums go straight into acc and this rank's own block of x is added in
@@ -51,25 +69,22 @@ def allgather_into(comm: Any, buf: np.ndarray, b: list[int]) -> None:
         comm.Sendrecv(buf[b[send] : b[send + 1]], right, TAG_ALLGATHER, buf[b[recv] : b[recv + 1]], left, TAG_ALLGATHER)
 
 
-def allreduce(comm: Any, x: Any, op: str = "sum", check: bool = True) -> np.ndarray:
-    """The elementwise ``op`` of every rank's ``x``, as a new array of x's shape on every rank."""
-    shape = np.shape(x)
-    x, f = agree(comm, x, op, "ring.allreduce", check=check)
+def allreduce(comm: Any, x: np.ndarray, f: Op = np.add) -> np.ndarray:
+    """f over every rank's flat ``x``, as a new flat array on every rank."""
     b = block_bounds(x.size, comm.Get_size())
     acc = np.empty_like(x)
     reduce_scatter_into(comm, x, acc, f, b)
     allgather_into(comm, acc, b)
-    return acc.reshape(shape)
+    return acc
 
 
-def reduce_scatter(comm: Any, x: Any, op: str = "sum") -> np.ndarray:
-    """Block r of the reduction of the flattened ``x`` over all ranks, on rank r.
+def reduce_scatter(comm: Any, x: np.ndarray, f: Op = np.add, b: list[int] | None = None) -> np.ndarray:
+    """Block r (elements b[r]:b[r+1]) of f over every rank's flat ``x``, on rank r.
 
-    Blocks split the n elements as np.array_split(·, p) does (n // p each, one more on the first
-    n % p ranks), like MPI_Reduce_scatter with those counts.
+    ``b``: the block offsets, like MPI_Reduce_scatter's counts (common.bounds_of(counts)); by
+    default np.array_split(., p)'s: n // p each, one more on the first n % p ranks.
     """
-    x, f = agree(comm, x, op, "ring.reduce_scatter")
-    rank, b = comm.Get_rank(), block_bounds(x.size, comm.Get_size())
+    rank, b = comm.Get_rank(), b or block_bounds(x.size, comm.Get_size())
     acc = np.empty_like(x)
     reduce_scatter_into(comm, x, acc, f, b)
     return acc[b[rank] : b[rank + 1]].copy()

@@ -61,6 +61,7 @@ class Message:
     tag: int
     nbytes: int
     arrival: int | None = None
+    data: bytes | None = None  # the bytes sent, when simulate(..., record_data=True)
 
 
 class Status:
@@ -145,8 +146,8 @@ def _as_bytes(buf: Any, writable: bool, what: str) -> np.ndarray:
 class _World:
     """The state all simulated ranks share, guarded by one lock."""
 
-    def __init__(self, nprocs: int):
-        self.size = nprocs
+    def __init__(self, nprocs: int, record_data: bool = False):
+        self.size, self.record_data = nprocs, record_data
         self.lock = threading.Lock()
         self.wakeup = [threading.Condition(self.lock) for _ in range(nprocs)]
         self.unexpected: list[list[Request]] = [[] for _ in range(nprocs)]  # sends not yet matched, per dest
@@ -167,6 +168,8 @@ class _World:
                 )
                 if request.context == _P2P:
                     self.messages.append(request.message)
+                    if self.record_data:
+                        request.message.data = request.buf.tobytes()
                 queue, mine = self.posted[request.peer], self.unexpected[request.peer]
                 match = next((r for r in queue if _matches(r, request)), None)
             else:
@@ -412,15 +415,19 @@ def traffic(messages: Sequence[Message], nprocs: int, exclude_tags: Sequence[int
     return count, nbytes
 
 
-def simulate(nprocs: int, fn: Callable[..., Any], *args: Any, timeout: float = 60.0) -> SimulationResult:
+def simulate(
+    nprocs: int, fn: Callable[..., Any], *args: Any, timeout: float = 60.0, record_data: bool = False
+) -> SimulationResult:
     """Run ``fn(comm, *args)`` on ``nprocs`` simulated ranks; return the list of their results.
+
+    With ``record_data`` every recorded message keeps a copy of its bytes (``Message.data``).
 
     Raises the first exception any rank raised, ``DeadlockError`` if the ranks deadlock, and
     ``TimeoutError`` (with each rank's state) if they are still running after ``timeout`` seconds.
     """
     if not isinstance(nprocs, (int, np.integer)) or nprocs < 1:
         raise ValueError(f"simulate: nprocs must be a positive integer, got {nprocs!r}")
-    world = _World(int(nprocs))
+    world = _World(int(nprocs), record_data)
     results: list[Any] = [None] * nprocs
     failures: list[tuple[int, BaseException]] = []
 

@@ -11,6 +11,12 @@ it, win.
 The binomial tree (MPICH's, relative to the root): in the reduce, rank r receives from r + 2^k
 for each 2^k below r's lowest set bit, then sends to r - lowbit(r); the broadcast runs the same
 edges backwards. Each subtree is a contiguous range of ranks, reduced as (lower op upper).
+
+Worked example, p = 8, root 0 (L = 3):
+    reduce     step 1: 1->0, 3->2, 5->4, 7->6    step 2: 2->0, 6->4    step 3: 4->0
+    broadcast  step 1: 0->4                      step 2: 0->2, 4->6    step 3: 0->1, 2->3, 4->5, 6->7
+Rank 0 ends the reduce with ((x0 + x1) + (x2 + x3)) + ((x4 + x5) + (x6 + x7)). These are
+schedules on flat arrays whose agreement is already checked (dispatch.py).
 """
 
 from __future__ import annotations
@@ -19,11 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from collectives.check import agree, agree_with_root
-from collectives.common import TAG_BCAST, TAG_REDUCE
+from collectives.common import TAG_BCAST, TAG_REDUCE, Op
 
 
-def reduce_into(comm: Any, x: np.ndarray, acc: np.ndarray, f: np.ufunc, root: int = 0) -> None:
+def reduce_into(comm: Any, x: np.ndarray, acc: np.ndarray, f: Op, root: int = 0) -> None:
     """Binomial reduce of the flat arrays x (read only) into acc on the root; acc is scratch elsewhere."""
     rank, p = comm.Get_rank(), comm.Get_size()
     vr = (rank - root) % p  # rank relative to the root
@@ -60,34 +65,16 @@ def broadcast_into(comm: Any, buf: np.ndarray, root: int = 0) -> None:
         mask >>= 1
 
 
-def allreduce(comm: Any, x: Any, op: str = "sum", check: bool = True) -> np.ndarray:
-    """The elementwise ``op`` of every rank's ``x``, as a new array of x's shape on every rank."""
-    shape = np.shape(x)
-    x, f = agree(comm, x, op, "tree.allreduce", check=check)
+def allreduce(comm: Any, x: np.ndarray, f: Op = np.add) -> np.ndarray:
+    """f over every rank's flat ``x``, as a new flat array on every rank: reduce to rank 0, broadcast back."""
     acc = np.empty_like(x)
     reduce_into(comm, x, acc, f, root=0)
     broadcast_into(comm, acc, root=0)
-    return acc.reshape(shape)
+    return acc
 
 
-def reduce(comm: Any, x: Any, op: str = "sum", root: int = 0) -> np.ndarray | None:
-    """The elementwise ``op`` of every rank's ``x`` on the root (a new array); None on the other ranks."""
-    shape = np.shape(x)
-    x, f = agree(comm, x, op, "tree.reduce", root=root)
+def reduce(comm: Any, x: np.ndarray, f: Op = np.add, root: int = 0) -> np.ndarray | None:
+    """f over every rank's flat ``x`` on the root (a new array); None on the other ranks."""
     acc = np.empty_like(x)
     reduce_into(comm, x, acc, f, root)
-    return acc.reshape(shape) if comm.Get_rank() == root else None
-
-
-def broadcast(comm: Any, x: Any, root: int = 0) -> np.ndarray:
-    """The root's ``x`` as a new array on every rank.
-
-    Other ranks pass an array of the same shape and dtype (its values are ignored), as with
-    MPI_Bcast, or None: the root's shape and dtype come with the agreement check.
-    """
-    shape, dtype = agree_with_root(comm, x, "broadcast", root, same_as_root=True)
-    if x is not None:
-        shape = np.shape(x)
-    buf = np.array(x, dtype=dtype).reshape(-1) if comm.Get_rank() == root else np.empty(int(np.prod(shape)), dtype)
-    broadcast_into(comm, buf, root)
-    return buf.reshape(shape)
+    return acc if comm.Get_rank() == root else None

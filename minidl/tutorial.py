@@ -23,6 +23,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from minidl.measure import busy_note, interleaved, spread  # noqa: F401  (re-exported for the tutorials)
+
 TUTORIALS = Path(__file__).resolve().parents[1] / "tutorials"
 
 
@@ -107,32 +109,3 @@ def _skip_remaining_cells() -> None:
     ip = IPython.get_ipython()  # type: ignore[attr-defined]
     if ip is not None:
         ip.input_transformers_post.append(lambda lines: ["pass  # ran under mpiexec above\n"])
-
-
-def interleaved(configs: dict[str, Any], repeats: int = 5) -> dict[str, list[float]]:
-    """Measure every configuration ``repeats`` times, interleaved: round r runs each one once.
-
-    ``configs`` maps a name to a function returning one measurement (a rate, a time). Interleaving spreads a
-    change in machine load over every configuration alike, so their order reflects them, not the load.
-    """
-    samples: dict[str, list[float]] = {name: [] for name in configs}
-    for _ in range(repeats):
-        for name, measure in configs.items():
-            samples[name].append(float(measure()))
-    return samples
-
-
-def spread(values: list[float]) -> tuple[float, float, float]:
-    """(median, min, max) of repeated measurements."""
-    ordered = sorted(values)
-    n = len(ordered)
-    median = ordered[n // 2] if n % 2 else 0.5 * (ordered[n // 2 - 1] + ordered[n // 2])
-    return median, ordered[0], ordered[-1]
-
-
-def busy_note(samples: dict[str, list[float]], limit: float = 0.2) -> str:
-    """A line saying the machine was busy when any configuration's (max - min) / median exceeds ``limit``."""
-    worst = max(((hi - lo) / med if med else 0.0) for med, lo, hi in map(spread, samples.values()))
-    if worst > limit:
-        return f"spread up to {100 * worst:.0f}% of the median (> {100 * limit:.0f}%): the machine was busy"
-    return f"spread at most {100 * worst:.0f}% of the median"

@@ -9,7 +9,7 @@ from hypothesis.extra.numpy import array_shapes
 
 import collectives
 from collectives import cost
-from collectives.check import INLINE, PREFIX, handshake
+from collectives.agreement import INLINE, STATUS, handshake, header
 from collectives.common import TAG_ALLGATHER, TAG_CHECK, TAG_EXCHANGE, TAG_HEADERS, TAG_REDUCE_SCATTER, block_bounds
 from collectives.simulated import traffic
 from collectives.testing import SUPPORTED_KINDS, rank_data
@@ -105,12 +105,12 @@ def test_ring_moves_2_p_minus_1_over_p_of_the_data_per_rank(p):
 
 @pytest.mark.parametrize("p", [1, 2, 3, 5, 8, 13])
 def test_agreement_check_is_a_recursive_doubling_handshake_of_headers(p):
-    res = collectives.simulate(p, lambda comm: collectives.ring.allreduce(comm, np.ones(3)))
+    res = collectives.simulate(p, lambda comm: collectives.allreduce(comm, np.ones(3), algorithm="ring"))
     checks = [m for m in res.messages if m.tag == TAG_CHECK]
     k, d = p.bit_length() - 1, int(p & (p - 1) != 0)
     rounds = max((m.arrival for m in checks), default=0)
     assert rounds == k + 2 * d
-    assert all(m.nbytes == PREFIX for m in checks)  # header and status word: no data, no table
+    assert all(m.nbytes == 88 + 8 + STATUS for m in checks)  # header (a 1-d shape) and status word: no data
     assert not [m for m in res.messages if m.tag == TAG_HEADERS]  # the table only after a failed handshake
 
 
@@ -236,7 +236,7 @@ def test_reduce_scatter_receives_straight_into_the_result(algorithm, p):
     # no temporaries: every partial sum arrives in the array that is returned (powers of two, n >= p)
     def run(comm):
         rec = RecordingComm(comm)
-        out = getattr(collectives, algorithm).allreduce(rec, np.arange(64, dtype=np.float32), check=False)
+        out = getattr(collectives, algorithm).allreduce(rec, np.arange(64, dtype=np.float32), np.add)
         return out, [buf for buf, tag in rec.received if tag == TAG_REDUCE_SCATTER]
 
     for out, bufs in collectives.simulate(p, run):
@@ -346,7 +346,7 @@ def test_recursive_doubling_carries_the_check_for_short_and_long_vectors(p, size
 
     def fn(comm):
         n = odd if comm.Get_rank() == p - 1 else mine
-        return collectives.recursive_doubling.allreduce(comm, np.full(n, comm.Get_rank(), np.float64))
+        return collectives.allreduce(comm, np.full(n, comm.Get_rank(), np.float64), algorithm="recursive_doubling")
 
     if mine == odd:
         res = collectives.simulate(p, fn)
@@ -358,18 +358,20 @@ def test_recursive_doubling_carries_the_check_for_short_and_long_vectors(p, size
 @pytest.mark.parametrize("p", [2, 3, 4, 5])
 def test_checked_short_recursive_doubling_is_one_pass(p):
     n = 256  # float32: 1 KiB, within INLINE
-    res = collectives.simulate(p, lambda comm: collectives.recursive_doubling.allreduce(comm, np.ones(n, np.float32)))
+    rd = "recursive_doubling"
+    res = collectives.simulate(p, lambda comm: collectives.allreduce(comm, np.ones(n, np.float32), algorithm=rd))
     assert all(np.array_equal(r, np.full(n, p, np.float32)) for r in res)
     assert {m.tag for m in res.messages} == {TAG_CHECK}  # the handshake is the allreduce
     count, nbytes = traffic(res.messages, p)
     assert count == cost.messages_per_rank("recursive_doubling", p)
-    assert sum(nbytes) == cost.total_bytes("recursive_doubling", p, PREFIX + 4 * n)
+    prefix = len(header(np.ones(n, np.float32), "sum", "recursive_doubling.allreduce")) + STATUS
+    assert sum(nbytes) == cost.total_bytes("recursive_doubling", p, prefix + 4 * n)
     assert res.rounds == cost.terms("recursive_doubling", p, 4 * n).rounds
 
     long = INLINE // 8 + 1  # float64: past INLINE, a handshake without data, then the plain exchange
-    res = collectives.simulate(p, lambda comm: collectives.recursive_doubling.allreduce(comm, np.ones(long)))
+    res = collectives.simulate(p, lambda comm: collectives.allreduce(comm, np.ones(long), algorithm=rd))
     assert all(np.array_equal(r, np.full(long, float(p))) for r in res)
-    assert {m.nbytes for m in res.messages if m.tag == TAG_CHECK} == {PREFIX}
+    assert {m.nbytes for m in res.messages if m.tag == TAG_CHECK} == {88 + 8 + STATUS}
 
 
 @pytest.mark.parametrize("p", [2, 3, 4, 5])

@@ -87,7 +87,7 @@ def check_layout(
         return
     from collectives import MismatchError
     from collectives.common import TAG_CHECK
-    from collectives.pof2 import allgather_blocks
+    from collectives.fold import allgather_blocks
 
     codes = [code for _, code, _ in settings] + [digest(rows)]
     table = np.zeros((comm.Get_size(), len(codes)), dtype=np.int64)

@@ -18,8 +18,10 @@ from minidl.distributed.data_parallel.optimizer import (
 from minidl.distributed.data_parallel.sampler import DistributedSampler, epoch_permutation, shard_batch
 from minidl.distributed.data_parallel.sync_batchnorm import SyncBatchNorm, convert_sync_batchnorm
 from minidl.distributed.data_parallel.timing import StepTimings
+from minidl.distributed.data_parallel.zero import ZeroOptimizer
 
 __all__ = [
+    "ZeroOptimizer",
     "ALGORITHMS",
     "DEFAULT_FUSION_BYTES",
     "DistributedOptimizer",

@@ -38,7 +38,7 @@ def allreduce(comm: Any, x: np.ndarray, algorithm: str = "ring", op: str = "sum"
 def _mpi_allreduce(comm: Any, x: np.ndarray, op: str, check: bool = True) -> np.ndarray:
     from mpi4py import MPI
 
-    from collectives.check import agree
+    from collectives.agreement import agree
     from minidl.distributed.timeout import base_comm
 
     if not isinstance(base_comm(comm), MPI.Comm):

@@ -1,4 +1,4 @@
-"""Power-of-two algorithms on any number of ranks, the way MPICH does it: fold the extra ranks in first.
+"""The fold: power-of-two algorithms on any number of ranks, the way MPICH does it.
 
 Recursive doubling and recursive halving pair rank r with r XOR 2^k, which needs a power of two.
 With p ranks, let p' be the largest power of two <= p and rem = p - p'. Before the algorithm, the
@@ -9,6 +9,12 @@ power-of-two algorithm, and afterwards each odd rank 2i+1 hands the result back 
 Cost of the fold: one extra step each way, (alpha + n beta + n gamma) in and (alpha + n beta) out,
 paid only when p is not a power of two. New ranks keep the order of the old ones, so every group
 of consecutive new ranks stands for a contiguous range of old ranks.
+
+Worked example, p = 6: p' = 4, rem = 2. Ranks (0, 1) and (2, 3) pair up; 0 and 2 hand their data
+to 1 and 3 and sit out. New ranks: 1 -> 0, 3 -> 1, 4 -> 2, 5 -> 3; new rank 0 stands for old
+ranks {0, 1}, new rank 1 for {2, 3}. Recursive doubling then pairs new ranks (0, 1), (2, 3) and
+(0, 2), (1, 3), i.e. old ranks (1, 3), (4, 5), then (1, 4), (3, 5); at the end 1 hands the result
+to 0 and 3 to 2: 2 + 2 = 4 rounds where p = 8 would take 3.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from collectives.common import TAG_ALLGATHER, TAG_FOLD
+from collectives.common import TAG_ALLGATHER, TAG_FOLD, Op
 
 
 class Fold:
@@ -59,7 +65,7 @@ def fold_of(rank: int, p: int) -> Fold:
     return Fold(rank, p)
 
 
-def fold_in(comm: Any, x: np.ndarray, acc: np.ndarray, f: np.ufunc, fold: Fold) -> np.ndarray:
+def fold_in(comm: Any, x: np.ndarray, acc: np.ndarray, f: Op, fold: Fold) -> np.ndarray:
     """Even rank 2i sends x to 2i+1, which sets acc = f(x_2i, x_2i+1). Returns the rank's partial result."""
     if not fold.extra:
         return x

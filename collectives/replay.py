@@ -1,0 +1,285 @@
+"""Replay traced collectives in virtual time: how long would this run take on that network?
+
+``replay(traces, network)`` takes the p ranks' traces (trace.py) and plays them as MPI would:
+a receive is matched to the first pending send from its source with its tag (non-overtaking),
+sends are synchronous (rendezvous: as SimulatedComm, a send completes when its message has
+arrived), Sendrecv posts both and waits for both, Isend/Irecv post and Wait waits. All ranks start
+at time 0. A message starts when both its send and its receive are posted, takes its path's
+latency alpha and then moves its bytes at the rate the network gives it; a reduction of n bytes
+keeps its rank busy n gamma. On ``crossbar`` a message of n bytes takes alpha + n beta exactly,
+so the closed forms of cost.py come out (see tests/test_replay.py for where and why they do not).
+On a network with shared links the flows in flight share them max-min fairly (network.py),
+re-shared whenever a flow starts or ends.
+
+    t = allreduce_time("ring", 64, 100 << 20, network="10gbe")   # seconds of the slowest rank
+
+The engine is a discrete-event simulation, one Python step per call and message (about a
+microsecond or ten each): fine up to some hundred ranks. ``rounds.py`` replays lockstep schedules
+(ring, recursive doubling, Rabenseifner on powers of two) a round at a time with NumPy, for p in
+the thousands; allreduce_time uses it from p = ROUNDS_FROM on.
+"""
+
+from __future__ import annotations
+
+import functools
+import heapq
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from collectives.cost import CostParams, get_params
+from collectives.network import Fabric, Network, get_network
+from collectives.rounds import NotLockstep, Schedule, replay_rounds, schedule_from_traces, symmetric_schedule
+from collectives.trace import CALLS, ISEND, RECV, REDUCE, SEND, SENDRECV, WAIT, Row, trace_rows
+
+
+class DeadlockError(RuntimeError):
+    """The replayed ranks wait for messages no rank will send; the message says who waits in what."""
+
+
+@dataclass
+class Result:
+    """Virtual seconds at which each rank finished, and the messages replayed."""
+
+    finish: np.ndarray  # shape (p,)
+    messages: int
+
+    @property
+    def time(self) -> float:
+        """The slowest rank's time: the collective's."""
+        return float(self.finish.max(initial=0.0))
+
+
+class _Request:
+    __slots__ = ("owner", "send", "peer", "tag", "context", "nbytes", "done", "row")
+
+    def __init__(self, owner: int, send: bool, peer: int, tag: int, context: int, nbytes: int, row: Row):
+        self.owner, self.send, self.peer, self.tag, self.context, self.nbytes = owner, send, peer, tag, context, nbytes
+        self.done, self.row = False, row
+
+
+class _Engine:
+    """The state of one replay: ranks' program counters and clocks, pending requests, messages in flight."""
+
+    def __init__(self, traces: list[list[Row]], fabric: Fabric):
+        self.traces, self.fabric, self.p = traces, fabric, len(traces)
+        self.pc = [0] * self.p
+        self.clock = np.zeros(self.p)
+        self.finished = [False] * self.p
+        self.blocked: list[list[_Request] | None] = [None] * self.p  # what a blocked rank waits for
+        self.requests: list[dict[int, _Request]] = [{} for _ in range(self.p)]  # Isend/Irecv ids
+        self.unmatched: dict[tuple, deque] = {}  # (src, dst, tag, context, is_send) -> requests in order
+        self.heap: list = []
+        self.seq = 0
+        self.messages = 0
+        from collectives.flows import Flows  # contention: max-min fair sharing of the links
+
+        self.flows = Flows(fabric) if fabric.contention else None
+
+    def push(self, time: float, kind: int, item: Any) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (time, self.seq, kind, item))
+
+    # -- one rank's calls --------------------------------------------------------------------------
+    def run(self, rank: int, now: float) -> None:
+        """Execute the rank's calls from its program counter until it blocks, computes or finishes."""
+        rows, pc = self.traces[rank], self.pc[rank]
+        while pc < len(rows):
+            row = rows[pc]
+            pc += 1
+            code = row[0]
+            if code == REDUCE:
+                self.pc[rank] = pc
+                self.push(now + row[3] * self.fabric.gamma, 0, rank)
+                return
+            if code == WAIT:
+                wait = [self.requests[rank].pop(row[7])]
+            elif code == SENDRECV:
+                wait = [self.post(rank, False, row[4], row[5], row[8], row[6], row, now)]
+                wait.append(self.post(rank, True, row[1], row[2], row[8], row[3], row, now))
+            elif code in (SEND, RECV):
+                wait = [self.post(rank, code == SEND, row[1], row[2], row[8], row[3], row, now)]
+            else:  # ISEND, IRECV
+                self.requests[rank][row[7]] = self.post(rank, code == ISEND, row[1], row[2], row[8], row[3], row, now)
+                continue
+            if not all(r.done for r in wait):
+                self.pc[rank], self.blocked[rank] = pc, wait
+                return
+        self.pc[rank], self.finished[rank], self.clock[rank] = pc, True, now
+
+    def post(self, rank: int, send: bool, peer: int, tag: int, context: int, nbytes: int, row: Row, now: float):
+        if peer < 0 or tag < 0:
+            raise ValueError(
+                f"replay: rank {rank}'s {CALLS[row[0]]} uses ANY_SOURCE or ANY_TAG, which cannot be replayed"
+            )
+        request = _Request(rank, send, peer, tag, context, nbytes, row)
+        src, dst = (rank, peer) if send else (peer, rank)
+        other = self.unmatched.get((src, dst, tag, context, not send))
+        if other:  # the first pending request of the other side: MPI's order
+            match = other.popleft()
+            self.start(*((request, match) if send else (match, request)), now)
+        else:
+            self.unmatched.setdefault((src, dst, tag, context, send), deque()).append(request)
+        return request
+
+    # -- messages ----------------------------------------------------------------------------------
+    def start(self, send: _Request, recv: _Request, now: float) -> None:
+        """Both sides are posted: the message goes (a receive buffer smaller than the message is MPI's error)."""
+        if send.nbytes > recv.nbytes:
+            raise ValueError(
+                f"replay: message truncated: rank {recv.owner} receives {send.nbytes} bytes from rank {send.owner} "
+                f"(tag {send.tag}) into {recv.nbytes} bytes"
+            )
+        self.messages += 1
+        path = self.fabric.path(send.owner, recv.owner)
+        if self.flows is None or not path.links:
+            self.push(now + path.latency + send.nbytes / path.rate, 1, (send, recv))
+        else:
+            self.push(now + path.latency, 2, (send, recv, path))  # then its bytes join the flows
+
+    def complete(self, message: tuple, now: float) -> None:
+        for request in message[:2]:
+            request.done = True
+            rank = request.owner
+            waiting = self.blocked[rank]
+            if waiting is not None and all(r.done for r in waiting):
+                self.blocked[rank] = None
+                self.push(now, 0, rank)
+
+    # -- the loop ----------------------------------------------------------------------------------
+    def replay(self) -> Result:
+        for rank in range(self.p):
+            self.push(0.0, 0, rank)
+        heap, flows = self.heap, self.flows
+        while heap or (flows is not None and flows.active):
+            if flows is not None and flows.dirty and (not heap or heap[0][0] > flows.now):
+                for message in flows.reshare():  # all changes at this time are in: share the links anew
+                    self.complete(message, flows.now)
+                if flows.next_end < np.inf:
+                    self.push(flows.next_end, 3, flows.version)
+                continue
+            now, _, kind, item = heapq.heappop(heap)
+            if kind == 0:
+                self.run(item, now)
+            elif kind == 1:
+                self.complete(item, now)
+            elif kind == 2:
+                flows.add(now, item)
+            elif item == flows.version:  # kind 3: the next flow ends (unless the sharing changed since)
+                flows.advance(now)
+        self.check_finished()
+        return Result(self.clock.copy(), self.messages)
+
+    def check_finished(self) -> None:
+        if all(self.finished) and not any(self.unmatched.values()):
+            return
+        lines = ["deadlock: the replayed ranks wait for messages no rank sends"]
+        for rank in range(self.p):
+            if self.finished[rank]:
+                lines.append(f"  rank {rank}: finished")
+                continue
+            pending = [describe(r) for r in self.blocked[rank] or [] if not r.done]
+            lines.append(f"  rank {rank}: blocked in " + "; ".join(pending))
+        leftover = [
+            f"rank {r.owner} {describe(r)}" for q in self.unmatched.values() for r in q if self.finished[r.owner]
+        ]
+        lines += [f"  never matched: {text}" for text in leftover[:10]]
+        raise DeadlockError("\n".join(lines))
+
+
+def describe(r: _Request) -> str:
+    call = CALLS[r.row[0]].capitalize()
+    if r.send:
+        return f"{call}(dest={r.peer}, tag={r.tag}, {r.nbytes} bytes) not received"
+    return f"{call}(source={r.peer}, tag={r.tag}, buffer of {r.nbytes} bytes) with no matching send"
+
+
+def replay(
+    traces: list[list[Row]], network: str | Network = "crossbar", params: CostParams | None = None, **options: Any
+) -> Result:
+    """Play the p ranks' traces (rows or Events, trace.py) on ``network``; each rank's finish time.
+
+    ``network``: a name (network.known_networks()) or a Network; ``params`` (default
+    cost.get_params()): the model of "crossbar", and gamma for the named links; ``options``
+    (ranks_per_node, topology, leaf_size, oversubscription, dims, intra) build a network.Cluster
+    around a named link. Raises DeadlockError naming each rank's pending calls when no rank can go on.
+    """
+    rows = [[_as_row(e) for e in events] for events in traces]
+    fabric = get_network(network, params, **options).fabric(len(rows))
+    return _Engine(rows, fabric).replay()
+
+
+def _as_row(event: Any) -> Row:
+    if isinstance(event[0], str):  # an Event
+        return (CALLS.index(event[0]), *event[1:])
+    return event
+
+
+ROUNDS_FROM = 64  # from this p on, allreduce_time replays lockstep schedules by rounds (rounds.py)
+
+
+@functools.lru_cache(maxsize=64)
+def _schedule(algorithm: str, p: int, nbytes: int, dtype: str, check: bool) -> Schedule | None:
+    """The lockstep rounds of the call (from rank 0's trace when the ranks are its relabellings), or None."""
+    schedule = symmetric_schedule(algorithm, p, nbytes, dtype=dtype, check=check)
+    if schedule is not None:
+        return schedule
+    try:
+        return schedule_from_traces(_traces(algorithm, p, nbytes, dtype, check))
+    except NotLockstep:
+        return None
+
+
+@functools.lru_cache(maxsize=64)
+def _traces(algorithm: str, p: int, nbytes: int, dtype: str, check: bool) -> list[list[Row]]:
+    """Traces are the same for every network: kept for the next call (sim-train asks for the same buckets often)."""
+    return trace_rows(algorithm, p, nbytes, dtype=dtype, check=check)
+
+
+def allreduce_time(
+    algorithm: str,
+    p: int,
+    nbytes: int,
+    network: str | Network = "crossbar",
+    params: CostParams | None = None,
+    *,
+    dtype: Any = np.float32,
+    check: bool = False,
+    engine: str = "auto",
+    **options: Any,
+) -> float:
+    """Virtual seconds of one allreduce of ``nbytes`` per rank on ``p`` ranks (the slowest rank's).
+
+    ``algorithm``: one of cost.ALGORITHMS, or "auto" (what choose_algorithm picks for ``params``).
+    ``network``: "crossbar" (cost.py's model, no contention), a named link ("1gbe", "10gbe",
+    "25gbe", "ib-fdr", "ib-edr", "ib-hdr", "omnipath100", "shm": network.LINKS) or a Network.
+    ``params``: a cost.CostParams (default cost.get_params()): the model of "crossbar", and gamma
+    (the CPUs) for every network. ``options`` for a named network (network.Cluster):
+    ``ranks_per_node`` (default 1; ranks of a node talk through shared memory), ``topology``
+    ("switch" by default, "crossbar", "fattree", "torus2d", "torus3d"), ``leaf_size`` and
+    ``oversubscription`` (fattree), ``dims`` (torus), ``intra`` (the link within a node).
+    ``check``: include the agreement check. ``engine``: "events" (replay.py, the reference),
+    "rounds" (rounds.py: lockstep schedules only, NotLockstep otherwise) or "auto": rounds from
+    p = ROUNDS_FROM on when the schedule is lockstep, else events. Traces and schedules are
+    cached per (algorithm, p, nbytes, dtype, check).
+    """
+    from collectives.dispatch import choose_algorithm
+
+    if not isinstance(p, (int, np.integer)) or p < 1:
+        raise ValueError(f"allreduce_time: p must be a positive integer, got {p!r}")
+    params = params or get_params()
+    if algorithm == "auto":
+        algorithm = choose_algorithm(int(p), int(nbytes), params)[0]
+    if engine not in ("auto", "events", "rounds"):
+        raise ValueError(f"allreduce_time: unknown engine {engine!r}: expected auto, events or rounds")
+    fabric = get_network(network, params, **options).fabric(int(p))
+    key = (algorithm, int(p), int(nbytes), np.dtype(dtype).str, bool(check))
+    if engine == "rounds" or (engine == "auto" and p >= ROUNDS_FROM):
+        schedule = _schedule(*key)
+        if schedule is not None:
+            return float(replay_rounds(schedule, fabric).max())
+        if engine == "rounds":
+            raise NotLockstep(f"allreduce_time: {algorithm} on p={p} is not lockstep: use engine='events'")
+    return _Engine(_traces(*key), fabric).replay().time

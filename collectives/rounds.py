@@ -1,0 +1,160 @@
+"""Replay lockstep schedules a round at a time with NumPy: the ring, recursive doubling and Rabenseifner at p in the thousands.
+
+A schedule is lockstep when every rank's trace is the same number of rounds, each one Sendrecv
+(and the reduction after it), and in round k the rank r sends to has rank r as its source in its
+own round k. Ring, recursive doubling and Rabenseifner on powers of two are (without the
+agreement check). Then the replay of replay.py reduces to a recurrence over all ranks at once:
+with T the times at which the ranks start round k, dst/src the peers, n the bytes,
+
+    E = max(T, T[dst]) + latency + n / rate        # my message to dst: both sides posted, then sent
+    T = max(E, E[src]) + reduced * gamma           # my Sendrecv ends when both messages have
+
+which is exactly what the event engine computes when no link is shared. On shared links the
+rates are the max-min fair shares of the round's flows all in flight together (flows.py): exact
+when the ranks enter the round together with equal messages (the ring on a switch, recursive
+doubling on a fat tree), an approximation otherwise (flows that would end at different times are
+not re-shared within the round). Rates are computed once per pattern of peers.
+
+Tracing every rank through the real code costs a few microseconds per call, p x 2(p - 1) calls
+for the ring: minutes at p = 4096. ``symmetric_schedule`` traces rank 0, finds the relabelling
+that maps it to the others (rank r's peers are rank 0's shifted by r, or XORed with r), checks it
+against the real traces of a sample of ranks, and builds every rank's rounds from rank 0's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from collectives.flows import max_min_rates
+from collectives.network import Fabric
+from collectives.trace import CALLS, REDUCE, SENDRECV, Row, trace_rows
+
+
+class NotLockstep(ValueError):
+    """The traces are not rounds of one Sendrecv per rank with matching peers (use the event engine)."""
+
+
+@dataclass
+class Schedule:
+    """Rounds of a lockstep schedule: arrays of shape (K, p) (or (K, 1): the same on every rank)."""
+
+    p: int
+    dst: np.ndarray  # the rank each rank sends to in round k
+    src: np.ndarray  # the rank each rank receives from
+    nbytes: np.ndarray  # bytes each rank sends
+    reduced: np.ndarray  # bytes each rank reduces after the round
+
+    @property
+    def rounds(self) -> int:
+        return self.dst.shape[0]
+
+
+def _rounds_of(rows: list[Row], rank: int) -> list[tuple[int, int, int, int, int, int]]:
+    """(dst, sendtag, bytes, src, recvtag, reduced) per round of one rank, or NotLockstep."""
+    out: list[list[int]] = []
+    for row in rows:
+        if row[0] == SENDRECV:
+            out.append([row[1], row[2], row[3], row[4], row[5], 0])
+        elif row[0] == REDUCE and out:
+            out[-1][5] += row[3]
+        else:
+            raise NotLockstep(f"rank {rank}'s trace has a {CALLS[row[0]]} outside the Sendrecv rounds")
+    return [tuple(r) for r in out]  # type: ignore[misc]
+
+
+def schedule_from_traces(traces: list[list[Row]]) -> Schedule:
+    """The rounds of full traces (every rank traced), checked to be lockstep."""
+    per_rank = [_rounds_of(rows, r) for r, rows in enumerate(traces)]
+    if len({len(r) for r in per_rank}) > 1:
+        raise NotLockstep("ranks have different numbers of rounds")
+    table = np.array(per_rank, dtype=np.int64).reshape(len(traces), -1, 6).transpose(1, 2, 0)  # (K, 6, p)
+    schedule = Schedule(len(traces), table[:, 0], table[:, 3], table[:, 2], table[:, 5])
+    _check_matching(schedule, table[:, 1], table[:, 4])
+    return schedule
+
+
+def _check_matching(s: Schedule, sendtag: np.ndarray, recvtag: np.ndarray) -> None:
+    """Round by round: the rank I send to receives from me, with my tag (arrays (K, p) or (K, 1))."""
+    ranks = np.arange(s.p)
+    for k in range(s.rounds):
+        dst, src = s.dst[k], s.src[k]
+        theirs = np.broadcast_to(recvtag[k], (s.p,))[dst]
+        if (src[dst] != ranks).any() or (theirs != sendtag[k]).any():
+            raise NotLockstep(f"round {k}: a rank's message is not what its peer receives in that round")
+
+
+def symmetric_schedule(
+    algorithm: str, p: int, nbytes: int, dtype: Any = np.float32, check: bool = False, samples: int = 6
+) -> Schedule | None:
+    """Every rank's rounds from rank 0's trace, relabelled (shift or XOR), checked on a sample of real traces.
+
+    None when no relabelling reproduces the sample (the caller traces every rank instead).
+    """
+    sample = sorted({1, p // 2, p - 1, *np.random.default_rng(p).integers(1, p, samples)} - {0}) if p > 1 else []
+    traced = trace_rows(algorithm, p, nbytes, dtype=dtype, check=check, ranks=[0, *sample])
+    for relabel in (_shift, _xor):
+        if relabel is _xor and p & (p - 1):
+            continue
+        if all(_relabelled(traced[0], r, p, relabel) == rows for r, rows in zip(sample, traced[1:])):
+            try:
+                (rounds,) = [_rounds_of(traced[0], 0)]
+            except NotLockstep:
+                return None
+            table = np.array(rounds, dtype=np.int64).reshape(-1, 6)  # (K, 6) of rank 0
+            ranks = np.arange(p, dtype=np.int32)
+            peers = table[:, [0, 3]].astype(np.int32)[:, :, None]  # (K, 2, 1): dst and src
+            schedule = Schedule(
+                p, relabel(peers[:, 0], ranks, p), relabel(peers[:, 1], ranks, p), table[:, 2:3], table[:, 5:6]
+            )
+            _check_matching(schedule, table[:, 1:2], table[:, 4:5])
+            return schedule
+    return None
+
+
+def _shift(peer: Any, rank: Any, p: int) -> Any:
+    return (peer + rank) % p
+
+
+def _xor(peer: Any, rank: Any, p: int) -> Any:
+    return peer ^ rank
+
+
+def _relabelled(rows: list[Row], rank: int, p: int, relabel) -> list[Row]:
+    """Rank 0's rows as rank ``rank`` would have them under ``relabel`` (peers mapped, all else kept)."""
+    out = []
+    for row in rows:
+        peer = relabel(row[1], rank, p) if row[1] >= 0 else row[1]
+        source = relabel(row[4], rank, p) if row[4] >= 0 else row[4]
+        out.append((row[0], peer, row[2], row[3], source, *row[5:]))
+    return out
+
+
+def replay_rounds(schedule: Schedule, fabric: Fabric) -> np.ndarray:
+    """Each rank's finish time (shape (p,)) for a lockstep schedule on ``fabric`` (see the recurrence above)."""
+    p = schedule.p
+    T = np.zeros(p)
+    ranks = np.arange(p)
+    patterns: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
+    for k in range(schedule.rounds):
+        dst = np.broadcast_to(schedule.dst[k], (p,))
+        src = np.broadcast_to(schedule.src[k], (p,))
+        key = dst.tobytes()
+        if key not in patterns:
+            patterns[key] = _pattern(fabric, ranks, dst)
+        latency, rate = patterns[key]
+        E = np.maximum(T, T[dst]) + latency + schedule.nbytes[k] / rate
+        T = np.maximum(E, E[src]) + schedule.reduced[k] * fabric.gamma
+    return T
+
+
+def _pattern(fabric: Fabric, ranks: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Latency and rate of each rank's message when every rank sends to dst[rank] at once."""
+    paths = [fabric.path(int(r), int(d)) for r, d in zip(ranks, dst)]
+    latency = np.array([path.latency for path in paths])
+    caps = np.array([path.rate for path in paths])
+    if not fabric.contention:
+        return latency, caps
+    return latency, max_min_rates(fabric.capacity, [path.links for path in paths], caps)

@@ -1,0 +1,124 @@
+"""``explain("ring", p=4, n=8)``: every transfer of a schedule, step by step, read off the simulator's record.
+
+Rank r's vector is made so that any partial result names its own contents: element i of x_r is
+2^r + 2^p i, so a sum over a set S of ranks is sum(2^r for r in S) + |S| 2^p i, whose low p bits
+are S and whose high bits give the element index i. The real schedule runs on the simulated
+communicator with every message's bytes recorded (``simulate(..., record_data=True)``), and each
+message is decoded into "which block, carrying which partial sum, to whom". Nothing is drawn from
+a description of the algorithm: what is printed is what the code sent.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import IO
+
+import numpy as np
+
+from collectives import naive, rabenseifner, recursive_doubling, ring, tree
+from collectives.common import (
+    TAG_ALLGATHER,
+    TAG_BCAST,
+    TAG_EXCHANGE,
+    TAG_FOLD,
+    TAG_GATHER,
+    TAG_REDUCE,
+    TAG_REDUCE_SCATTER,
+    block_bounds,
+)
+from collectives.simulated import Message, simulate
+
+SCHEDULES = {
+    "naive": naive.allreduce,
+    "tree": tree.allreduce,
+    "ring": ring.allreduce,
+    "recursive_doubling": recursive_doubling.allreduce,
+    "rabenseifner": rabenseifner.allreduce,
+}
+PHASES = {
+    TAG_FOLD: "fold",
+    TAG_GATHER: "gather",
+    TAG_REDUCE: "reduce",
+    TAG_BCAST: "broadcast",
+    TAG_REDUCE_SCATTER: "reduce-scatter",
+    TAG_ALLGATHER: "allgather",
+    TAG_EXCHANGE: "exchange",
+}
+
+
+def rank_vectors(p: int, n: int) -> list[np.ndarray]:
+    """x_r[i] = 2^r + 2^p i (int64): every partial sum says which ranks and which element it holds."""
+    if p > 24 or n > 1 << 20:
+        raise ValueError(f"explain: p <= 24 and n <= 2^20 keep the encoding in int64; got p={p}, n={n}")
+    return [(1 << r) + (np.arange(n, dtype=np.int64) << p) for r in range(p)]
+
+
+def decode(value: int, p: int) -> tuple[tuple[int, ...], int]:
+    """(the ranks a partial sum covers, its element index)."""
+    ranks = tuple(r for r in range(p) if value >> r & 1)
+    return ranks, (value >> p) // max(len(ranks), 1)
+
+
+def describe_message(m: Message, p: int, n: int) -> str:
+    """'b3=x0+x1 -> 2': the blocks a message carries, their partial sum, and its destination."""
+    values = np.frombuffer(m.data or b"", np.int64)
+    if values.size == 0:
+        return f"nothing -> {m.dest}"
+    decoded = [decode(int(v), p) for v in values]
+    ranks = {r for r, _ in decoded}
+    index = [i for _, i in decoded]
+    b = block_bounds(n, p)
+    lo, hi = index[0], index[-1] + 1
+    if index != list(range(lo, hi)):
+        where = f"elements {index}"
+    elif lo in b and hi in b:
+        first, last = b.index(lo), b.index(hi) - 1
+        while first < last and b[first + 1] == lo:  # skip empty blocks
+            first += 1
+        where = f"b{first}" if first == last else f"b{first}-{last}"
+    else:
+        where = f"elements {lo}:{hi}"
+    total = "+".join(f"x{r}" for r in sorted(ranks.pop())) if len(ranks) == 1 else "mixed"
+    return f"{where}={total} -> {m.dest}"
+
+
+def explain(algorithm: str = "ring", p: int = 4, n: int = 8, file: IO[str] | None = sys.stdout) -> str:
+    """Print (to ``file``, unless None) and return the table of every transfer of an allreduce schedule.
+
+    One line per step: what each rank sends ("b3=x0+x1 -> 2": block 3, holding the sum of ranks 0
+    and 1's contributions, to rank 2). Blocks are np.array_split's p blocks of the n elements.
+    """
+    if algorithm not in SCHEDULES:
+        raise ValueError(f"explain: unknown algorithm {algorithm!r}: expected one of {list(SCHEDULES)}")
+    xs = rank_vectors(p, n)
+    schedule = SCHEDULES[algorithm]
+    res = simulate(p, lambda comm: schedule(comm, xs[comm.Get_rank()], np.add), record_data=True)
+    expected = np.sum(xs, axis=0)
+    assert all(np.array_equal(out, expected) for out in res), "the schedule's result is not the sum"
+    cells: dict[int, dict[int, list[str]]] = {}
+    phases: dict[int, str] = {}
+    for m in res.messages:
+        cells.setdefault(m.step, {}).setdefault(m.source, []).append(describe_message(m, p, n))
+        phase = PHASES.get(m.tag, f"tag {m.tag}")
+        if phase not in phases.get(m.step, ""):
+            phases[m.step] = phases[m.step] + "/" + phase if m.step in phases else phase
+    width = max([len("; ".join(c)) for row in cells.values() for c in row.values()] + [8])
+    b = block_bounds(n, p)
+    blocks = ", ".join(f"b{i} = {b[i]}:{b[i + 1]}" for i in range(p))
+    lines = [
+        f"{algorithm} allreduce, p = {p}, n = {n}; x_r is rank r's vector; blocks (elements): {blocks}",
+        (
+            f"{'step':>4}  {'phase':<15}" + "".join(f"{'rank ' + str(r) + ' sends':<{width + 2}}" for r in range(p))
+        ).rstrip(),
+    ]
+    for step in sorted(cells):
+        row = cells[step]
+        lines.append(
+            f"{step + 1:>4}  {phases[step]:<15}"
+            + "".join(f"{'; '.join(row.get(r, ['-'])):<{width + 2}}" for r in range(p)).rstrip()
+        )
+    lines.append(f"afterwards every rank holds {'+'.join(f'x{r}' for r in range(p))} in every block")
+    text = "\n".join(lines)
+    if file is not None:
+        print(text, file=file)
+    return text
