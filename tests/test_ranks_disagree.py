@@ -376,3 +376,16 @@ def test_a_rank_that_never_arrives_raises_naming_the_call_and_the_peer():
 
 def test_comm_timeout_error_is_a_timeout_error():
     assert issubclass(CommTimeoutError, TimeoutError)
+
+
+@pytest.mark.parametrize("stage", [1, 3])
+def test_2_3_4_zero_compares_the_layout_too(stage):
+    def fn(comm):
+        dist.init(comm)
+        swap = comm.Get_rank() == 1
+        model = TwoWeights(swap=swap)
+        dist.ZeroOptimizer(optim.SGD(model.parameters(), lr=0.1), stage=stage, module=model)
+
+    results = on_every_rank(2, fn)
+    assert all(kind == "MismatchError" for kind, _ in results), results
+    assert "ZeroOptimizer" in results[0][1] and "parameter 0" in results[0][1]
