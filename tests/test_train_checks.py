@@ -11,7 +11,7 @@ from minidl.train.checks import UsageError, check_args
 
 
 def args(**kw):
-    base = dict(program="lm", parallel="none", lr=None, fusion_mb=64.0, allreduce="ring", compression="none")
+    base = dict(text=None, parallel="none", lr=None, fusion_mb=64.0, allreduce="ring", compression="none")
     base.update(kw)
     return argparse.Namespace(**base)
 

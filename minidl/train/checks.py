@@ -70,7 +70,7 @@ def check_numbers(args: argparse.Namespace) -> None:
 
 def check_paths(args: argparse.Namespace) -> None:
     data = getattr(args, "data", None)
-    if data is not None and getattr(args, "program", "lm") == "lm":
+    if data is not None and hasattr(args, "text"):  # the language model's --data: a PTB directory
         check_ptb(data)
     elif data is not None and not os.path.isdir(data):
         raise UsageError(f"--data {data}: no such directory")
@@ -119,7 +119,15 @@ def flag(dest: str) -> str:
     return "--" + dest.replace("_", "-")
 
 
-# ----------------------------------------------------------------------------- the entry point's one call
+# ----------------------------------------------------------------------------- the entry point's calls
+def train_timeout() -> float | None:
+    """The communication timeout of ``python -m minidl.train``: MINIDL_COMM_TIMEOUT, else a few minutes (a step of
+    these models takes well under a second; a rank that waits minutes is waiting for a rank that is gone)."""
+    from minidl.distributed.timeout import DEFAULT_TRAIN_TIMEOUT, timeout_from_env
+
+    return timeout_from_env(DEFAULT_TRAIN_TIMEOUT)
+
+
 PROG = "python -m minidl.train"
 RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")  # set by MPICH's and Open MPI's launchers
 SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE")

@@ -28,6 +28,7 @@ import minidl.distributed as dist
 from minidl.distributed.data_parallel.timing import PHASES
 from minidl.nn.module import Module
 from minidl.optim.optimizer import Optimizer
+from minidl.train.checks import train_timeout, validate_or_exit
 
 
 # ----------------------------------------------------------------------------- arguments
@@ -175,7 +176,7 @@ def setup(args: argparse.Namespace) -> Context:
     minidl.manual_seed(args.seed)
     minidl.set_default_dtype(np.float64 if args.dtype == "float64" else np.float32)
     if args.parallel != "none":
-        comm = dist.init()
+        comm = dist.init(timeout=train_timeout())  # no rank waits forever: MINIDL_COMM_TIMEOUT, default 300 s
         return Context(comm, comm.Get_rank(), comm.Get_size(), args.parallel, args.allreduce)
     return Context(SingleProcess())
 
@@ -222,6 +223,7 @@ def run_program(
     """Set up (seed, dtype, ranks), pick the preset (``demo``, or ``quick`` with --quick), apply the flags that
     override its fields, and call ``train(ctx, args, preset_name, config)``. In a parallel run an exception
     on any rank prints with its rank and aborts the job (``dist.run``) instead of leaving the others waiting."""
+    validate_or_exit(args)  # every flag checked before anything is built: one line and exit 2 (train/checks.py)
     ctx = setup(args)
     preset = args.preset or ("quick" if quick_requested(args) else "demo")
     config = apply_overrides(presets[preset], args, overrides)
