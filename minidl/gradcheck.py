@@ -196,7 +196,7 @@ def gradcheck(
             if p.values[i].size == 0:
                 continue  # no elements, nothing to check (fn's outputs may still be NaN, e.g. a mean over nothing)
             d = p.rng.standard_normal(p.values[i].shape)
-            d /= max(np.linalg.norm(d), 1e-300)
+            d /= max(float(np.linalg.norm(d)), 1e-300)
             numeric = p.central_difference(i, d, eps)
             analytic = float(np.sum(grads[i] * d))
             if failure is None and not _close(analytic, numeric, atol, rtol):

@@ -170,10 +170,10 @@ assert not np.isclose(x_naive.grad, exact) and np.isclose(x_topo.grad, exact)
 # its inputs' Functions are done (a post-order), then reverses the list. Here it is for the diamond:
 
 # %%
-from minidl.tensor import _topological_order  # noqa: E402  (an internal, shown for the lesson)
+from minidl.autograd import topological_order  # noqa: E402
 
 _, _, d = diamond()
-print(" -> ".join(type(fn).__name__ for fn in _topological_order(d._ctx)))
+print(" -> ".join(type(fn).__name__ for fn in topological_order(d._ctx)))
 
 # %% [markdown]
 # ## 4. Checking gradients numerically

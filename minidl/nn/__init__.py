@@ -1,7 +1,7 @@
 """Layers, losses and the Module container (names, shapes and state_dict layouts as PyTorch's)."""
 
 from minidl.nn import init
-from minidl.nn.activation import ReLU, Sigmoid, Tanh
+from minidl.nn.activation import ELU, GELU, Hardswish, LeakyReLU, Mish, ReLU, Sigmoid, SiLU, Softplus, Tanh
 from minidl.nn.container import Flatten, Identity, Sequential
 from minidl.nn.conv import Conv2d
 from minidl.nn.dropout import Dropout
@@ -14,6 +14,13 @@ from minidl.nn.resnet import BasicBlock, ResNet, resnet
 from minidl.nn.rnn import LSTM, LSTMCell, LSTMLayer
 
 __all__ = [
+    "ELU",
+    "GELU",
+    "Hardswish",
+    "LeakyReLU",
+    "Mish",
+    "SiLU",
+    "Softplus",
     "AdaptiveAvgPool2d",
     "AvgPool2d",
     "BasicBlock",

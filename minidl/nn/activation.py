@@ -1,29 +1,123 @@
-"""Activation modules (the functions themselves are Tensor methods: x.relu(), x.tanh(), x.sigmoid())."""
+"""Activation modules, as PyTorch names them; each calls its op in minidl/ops/activation.py (formulas there)."""
 
 from __future__ import annotations
 
 from minidl.nn.module import Module
+from minidl.ops.activation import elu, gelu, hardswish, leaky_relu, mish, relu, sigmoid, silu, softplus, tanh
 from minidl.tensor import Tensor
+
+__all__ = [
+    "ELU", "GELU", "Hardswish", "LeakyReLU", "Mish", "ReLU", "SiLU", "Sigmoid", "Softplus", "Tanh",
+    "elu", "gelu", "hardswish", "leaky_relu", "mish", "relu", "sigmoid", "silu", "softplus", "tanh",
+]  # fmt: skip
+
+
+def _no_inplace(name: str, inplace: bool) -> None:
+    if inplace:
+        raise ValueError(f"{name}: not supported: inplace=True (minidl ops never overwrite their input)")
 
 
 class ReLU(Module):
     """max(x, 0) elementwise."""
 
+    def __init__(self, inplace: bool = False):
+        super().__init__()
+        _no_inplace("ReLU", inplace)
+
     def forward(self, x: Tensor) -> Tensor:
-        return x.relu()
+        return relu(x)
 
 
 class Tanh(Module):
     def forward(self, x: Tensor) -> Tensor:
-        return x.tanh()
+        return tanh(x)
 
 
 class Sigmoid(Module):
     """1 / (1 + exp(-x)) elementwise."""
 
     def forward(self, x: Tensor) -> Tensor:
-        return x.sigmoid()
+        return sigmoid(x)
 
 
-def relu(x: Tensor) -> Tensor:
-    return x.relu()
+class LeakyReLU(Module):
+    def __init__(self, negative_slope: float = 0.01, inplace: bool = False):
+        super().__init__()
+        _no_inplace("LeakyReLU", inplace)
+        self.negative_slope = negative_slope
+
+    def forward(self, x: Tensor) -> Tensor:
+        return leaky_relu(x, self.negative_slope)
+
+    def extra_repr(self) -> str:
+        return f"negative_slope={self.negative_slope}"
+
+
+class ELU(Module):
+    def __init__(self, alpha: float = 1.0, inplace: bool = False):
+        super().__init__()
+        _no_inplace("ELU", inplace)
+        self.alpha = alpha
+
+    def forward(self, x: Tensor) -> Tensor:
+        return elu(x, self.alpha)
+
+    def extra_repr(self) -> str:
+        return f"alpha={self.alpha}"
+
+
+class GELU(Module):
+    """x Phi(x); ``approximate="tanh"`` for the tanh form."""
+
+    def __init__(self, approximate: str = "none"):
+        super().__init__()
+        if approximate not in ("none", "tanh"):
+            raise ValueError(f"GELU: approximate must be 'none' or 'tanh', got {approximate!r}")
+        self.approximate = approximate
+
+    def forward(self, x: Tensor) -> Tensor:
+        return gelu(x, self.approximate)
+
+    def extra_repr(self) -> str:
+        return f"approximate={self.approximate!r}"
+
+
+class Softplus(Module):
+    def __init__(self, beta: float = 1.0, threshold: float = 20.0):
+        super().__init__()
+        self.beta, self.threshold = beta, threshold
+
+    def forward(self, x: Tensor) -> Tensor:
+        return softplus(x, self.beta, self.threshold)
+
+    def extra_repr(self) -> str:
+        return f"beta={self.beta}, threshold={self.threshold}"
+
+
+class SiLU(Module):
+    """x sigmoid(x) (also called swish)."""
+
+    def __init__(self, inplace: bool = False):
+        super().__init__()
+        _no_inplace("SiLU", inplace)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return silu(x)
+
+
+class Hardswish(Module):
+    def __init__(self, inplace: bool = False):
+        super().__init__()
+        _no_inplace("Hardswish", inplace)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return hardswish(x)
+
+
+class Mish(Module):
+    def __init__(self, inplace: bool = False):
+        super().__init__()
+        _no_inplace("Mish", inplace)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return mish(x)

@@ -5,7 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 # layers' functional forms, each defined beside its module in minidl/nn/ (re-exported as F.conv2d, ...)
-from minidl.nn.activation import relu  # noqa: F401
+from minidl.nn.activation import (  # noqa: F401
+    elu,
+    gelu,
+    hardswish,
+    leaky_relu,
+    mish,
+    relu,
+    sigmoid,
+    silu,
+    softplus,
+    tanh,
+)
 from minidl.nn.container import flatten  # noqa: F401
 from minidl.nn.conv import conv2d  # noqa: F401
 from minidl.nn.dropout import dropout  # noqa: F401

@@ -1,11 +1,16 @@
-"""Elementwise ops. Binary ones broadcast as NumPy does; backward sums the gradient back
-to each input's shape with ``unbroadcast``."""
+"""Elementwise arithmetic (+ - * / ** and casts). Binary ops broadcast as NumPy does; backward sums the gradient
+back to each input's shape with ``unbroadcast``. One-input math is in unary.py, activations in activation.py,
+max/min/where/clamp in select.py."""
 
 from __future__ import annotations
 
+import numbers
+from typing import Any
+
 import numpy as np
 
-from minidl.tensor import Function, unbroadcast
+from minidl.autograd import Function, unbroadcast
+from minidl.tensor import Tensor, get_default_dtype
 
 
 def check_broadcast(op: str, a: np.ndarray, b: np.ndarray) -> None:
@@ -82,65 +87,6 @@ class Neg(Function):
         return -g
 
 
-class Exp(Function):
-    def forward(self, a):
-        out = np.exp(a)
-        self.save_for_backward(out)
-        return out
-
-    def backward(self, g):
-        (out,) = self.saved_tensors
-        return g * out  # d exp(a) = exp(a)
-
-
-class Log(Function):
-    def forward(self, a):
-        self.save_for_backward(a)
-        return np.log(a)
-
-    def backward(self, g):
-        (a,) = self.saved_tensors
-        return g / a
-
-
-class Tanh(Function):
-    def forward(self, a):
-        out = np.tanh(a)
-        self.save_for_backward(out)
-        return out
-
-    def backward(self, g):
-        (out,) = self.saved_tensors
-        return g * (1 - out * out)  # d tanh = 1 - tanh^2
-
-
-def sigmoid_array(a: np.ndarray) -> np.ndarray:
-    """1 / (1 + exp(-a)), computed without overflow for large |a|."""
-    return 0.5 * (np.tanh(0.5 * a) + 1)
-
-
-class Sigmoid(Function):
-    def forward(self, a):
-        out = sigmoid_array(a)
-        self.save_for_backward(out)
-        return out
-
-    def backward(self, g):
-        (out,) = self.saved_tensors
-        return g * out * (1 - out)  # d sigma = sigma (1 - sigma)
-
-
-class ReLU(Function):
-    def forward(self, a):
-        mask = a > 0
-        self.save_for_backward(mask)
-        return a * mask
-
-    def backward(self, g):
-        (mask,) = self.saved_tensors
-        return g * mask
-
-
 class Cast(Function):
     def forward(self, a, dtype):
         self.in_dtype = a.dtype
@@ -151,7 +97,7 @@ class Cast(Function):
 
 
 class Pow(Function):
-    """a ** b;  da = b a^(b-1),  db = a^b log(a)  (db only where a > 0)."""
+    """a ** b;  da = b a^(b-1) (0 where b = 0, also at a = 0),  db = a^b log(a)  (db only where a > 0)."""
 
     def forward(self, a, b):
         check_broadcast("pow", a, b)
@@ -163,96 +109,40 @@ class Pow(Function):
         a, b, out = self.saved_tensors
         ga = gb = None
         if self.needs_input_grad[0]:
-            ga = unbroadcast(g * b * a ** (b - 1), a.shape)
+            with np.errstate(divide="ignore", invalid="ignore"):  # 0 ** -1 at b = 0 is masked out below
+                da = np.where(b == 0, 0, b * a ** (b - 1))
+            ga = unbroadcast(g * da, a.shape)
         if self.needs_input_grad[1]:
             safe = np.where(a > 0, a, 1)
             gb = unbroadcast(g * out * np.log(safe) * (a > 0), b.shape)
         return ga, gb
 
 
-class Abs(Function):
-    """|a|;  d|a| = sign(a), taken as 0 at a = 0 (as PyTorch)."""
-
-    def forward(self, a):
-        self.save_for_backward(a)
-        return np.abs(a)
-
-    def backward(self, g):
-        (a,) = self.saved_tensors
-        return g * np.sign(a)
+def operands(*xs: Any) -> list[Any]:
+    """Tensors stay; Python numbers take the dtype of the first float Tensor among ``xs`` (else the default
+    dtype), so ``where(c, x32, 0.0)`` stays float32; arrays keep theirs (NumPy promotion applies)."""
+    dtype = next((x.dtype for x in xs if isinstance(x, Tensor) and x.dtype.kind == "f"), get_default_dtype())
+    return [np.asarray(x, dtype) if isinstance(x, numbers.Number) and not isinstance(x, bool) else x for x in xs]
 
 
-class _PickOne(Function):
-    """max/min of two broadcast operands. The gradient goes to the operand that was picked;
-    on a tie it is split half and half (PyTorch's rule for ``maximum``/``minimum``), so the
-    two gradients always add up to g."""
-
-    name = ""
-    pick = staticmethod(np.maximum)
-    beats = staticmethod(np.greater)  # a is picked over b where beats(a, b)
-
-    def forward(self, a, b):
-        check_broadcast(self.name, a, b)
-        self.save_for_backward(a, b)
-        return self.pick(a, b)
-
-    def backward(self, g):
-        a, b = self.saved_tensors
-        share_a = (self.beats(a, b) + 0.5 * (a == b)).astype(g.dtype)  # 1, 0 or 1/2 on a tie
-        ga = unbroadcast(g * share_a, a.shape) if self.needs_input_grad[0] else None
-        gb = unbroadcast(g * (1 - share_a), b.shape) if self.needs_input_grad[1] else None
-        return ga, gb
+def add(a: Any, b: Any) -> Tensor:
+    return Add.apply(*operands(a, b))
 
 
-class Maximum(_PickOne):
-    name, pick, beats = "maximum", staticmethod(np.maximum), staticmethod(np.greater)
+def sub(a: Any, b: Any) -> Tensor:
+    return Sub.apply(*operands(a, b))
 
 
-class Minimum(_PickOne):
-    name, pick, beats = "minimum", staticmethod(np.minimum), staticmethod(np.less)
+def mul(a: Any, b: Any) -> Tensor:
+    return Mul.apply(*operands(a, b))
 
 
-class Where(Function):
-    """where(cond, a, b): a where cond is true, else b (all three broadcast).
-    da = g * cond, db = g * (1 - cond); cond gets no gradient."""
-
-    def forward(self, cond, a, b):
-        try:
-            np.broadcast_shapes(cond.shape, a.shape, b.shape)
-        except ValueError:
-            raise ValueError(
-                f"where: condition {cond.shape}, x {a.shape} and y {b.shape} cannot be broadcast together"
-            ) from None
-        self.cond = cond.astype(bool, copy=False)
-        self.shapes = a.shape, b.shape
-        return np.where(self.cond, a, b)
-
-    def backward(self, g):
-        sa, sb = self.shapes
-        zero = np.zeros((), g.dtype)
-        ga = unbroadcast(np.where(self.cond, g, zero), sa) if self.needs_input_grad[1] else None
-        gb = unbroadcast(np.where(self.cond, zero, g), sb) if self.needs_input_grad[2] else None
-        return None, ga, gb
+def div(a: Any, b: Any) -> Tensor:
+    return Div.apply(*operands(a, b))
 
 
-class Clip(Function):
-    """clip(a, lo, hi) with scalar or broadcastable array bounds (None = unbounded).
-    The gradient passes where lo <= a <= hi, bounds included (as PyTorch's clamp)."""
+def pow(a: Any, b: Any) -> Tensor:  # noqa: A001 - the NumPy/PyTorch name
+    return Pow.apply(*operands(a, b))
 
-    def forward(self, a, lo=None, hi=None):
-        if lo is None and hi is None:
-            raise ValueError("clip: at least one of lo and hi must be given")
-        for bound in (lo, hi):
-            if bound is not None and not broadcasts_to(np.shape(bound), a.shape):
-                raise ValueError(f"clip: bound of shape {np.shape(bound)} does not broadcast to input {a.shape}")
-        inside = np.ones(a.shape, bool)
-        if lo is not None:
-            inside &= a >= lo
-        if hi is not None:
-            inside &= a <= hi
-        self.save_for_backward(inside)
-        return np.clip(a, lo, hi).astype(a.dtype, copy=False)
 
-    def backward(self, g):
-        (inside,) = self.saved_tensors
-        return g * inside
+from minidl.ops.activation import sigmoid_array  # noqa: E402, F401  (ops/loss.py imports it from here)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-from minidl.tensor import Function, unbroadcast
+from minidl.autograd import Function, unbroadcast
+from minidl.tensor import Tensor
 
 
 class MatMul(Function):
@@ -26,14 +29,13 @@ class MatMul(Function):
 
     def backward(self, g):
         a, b = self.saved_tensors
-        # Promote 1-D operands to matrices so the formulas hold, then drop the added axes.
+        # Promote 1-D operands to matrices so the formulas hold, then drop the added axes. The output lost
+        # b's axis (if 1-D) last and a's row axis before it: restore them in that order (1-D @ 1-D: g is 0-d).
         a2 = a[None, :] if a.ndim == 1 else a
         b2 = b[:, None] if b.ndim == 1 else b
-        g2 = g
+        g2 = g[..., None] if b.ndim == 1 else g
         if a.ndim == 1:
-            g2 = np.expand_dims(g2, -2)
-        if b.ndim == 1:
-            g2 = np.expand_dims(g2, -1)
+            g2 = g2[..., None, :]
         ga = gb = None
         if self.needs_input_grad[0]:
             ga = g2 @ np.swapaxes(b2, -1, -2)
@@ -42,3 +44,8 @@ class MatMul(Function):
             gb = np.swapaxes(a2, -1, -2) @ g2
             gb = unbroadcast(gb, b2.shape).reshape(b.shape)
         return ga, gb
+
+
+def matmul(a: Any, b: Any) -> Tensor:
+    """a @ b with NumPy's rules: 1-D operands are vectors, leading axes broadcast as batches."""
+    return MatMul.apply(a, b)

@@ -1,25 +1,29 @@
-"""Reductions over axes (int, tuple or None), with keepdims."""
+"""Reductions over axes (int, tuple or None), with keepdims: sum, mean, max, min, var, std; and the scan cumsum."""
 
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import numpy as np
 
-from minidl.tensor import Function
+from minidl.autograd import Function
+from minidl.ops.unary import Sqrt
+from minidl.tensor import Tensor
 
 
 def normalize_axis(axis, ndim: int) -> tuple[int, ...]:
-    """Axis argument -> sorted tuple of non-negative axes (None means all)."""
+    """Axis argument -> sorted tuple of non-negative axes (None means all). A 0-d tensor takes axis 0 or -1, as in
+    PyTorch (the axis then names nothing: reducing over it is the identity)."""
     if axis is None:
         return tuple(range(ndim))
     axes = (axis,) if isinstance(axis, int | np.integer) else tuple(axis)
     out = []
     for ax in axes:
-        if not -ndim <= ax < max(ndim, 1):
+        if not -max(ndim, 1) <= ax < max(ndim, 1):
             raise ValueError(f"axis {ax} is out of range for a tensor with {ndim} dimensions")
         out.append(int(ax) % max(ndim, 1))
-    return tuple(sorted(set(out)))
+    return tuple(sorted(set(out))) if ndim else ()
 
 
 def expand_reduced(g: np.ndarray, in_shape: tuple[int, ...], axes: tuple[int, ...], keepdims: bool) -> np.ndarray:
@@ -84,3 +88,82 @@ class Max(_Extremum):
 
 class Min(_Extremum):
     name, reduce = "min", staticmethod(np.min)
+
+
+class Var(Function):
+    """Variance over axes with ``correction`` (Bessel's: divide by n - correction; 1 is the unbiased estimate,
+    as torch.var's default). Two passes, d = a - mean(a), so a large mean costs no precision.
+    d var / d a_i = 2 d_i / (n - correction)."""
+
+    def forward(self, a, axis=None, correction=1, keepdims=False):
+        self.axes, self.keepdims = normalize_axis(axis, a.ndim), keepdims
+        n = int(np.prod([a.shape[ax] for ax in self.axes]))
+        self.dof = np.asarray(max(n - correction, 0), a.dtype)  # n - correction <= 0 gives inf or nan, as PyTorch
+        d = a - a.mean(axis=self.axes, keepdims=True)
+        self.save_for_backward(d)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.asarray((d * d).sum(axis=self.axes, keepdims=keepdims) / self.dof)
+
+    def backward(self, g):
+        (d,) = self.saved_tensors
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return expand_reduced(g, d.shape, self.axes, self.keepdims) * (2 * d / self.dof)
+
+
+class Cumsum(Function):
+    """Running sum along one axis; its adjoint is the running sum of g taken from the other end."""
+
+    def forward(self, a, axis):
+        if not isinstance(axis, int | np.integer):
+            raise TypeError(f"cumsum: axis must be one int, got {axis!r}")
+        axes = normalize_axis(axis, a.ndim)
+        self.axis = axes[0] if axes else None
+        return np.cumsum(a, axis=self.axis).reshape(a.shape)
+
+    def backward(self, g):
+        if self.axis is None:
+            return g
+        return np.flip(np.cumsum(np.flip(g, self.axis), axis=self.axis), self.axis)
+
+
+def sum(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A001 - the NumPy name
+    return Sum.apply(x, axis=axis, keepdims=keepdims)
+
+
+def mean(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
+    return Mean.apply(x, axis=axis, keepdims=keepdims)
+
+
+def amax(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
+    """The largest value over ``axis`` (values, not indices: torch.amax); ties share the gradient."""
+    return Max.apply(x, axis=axis, keepdims=keepdims)
+
+
+def amin(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
+    return Min.apply(x, axis=axis, keepdims=keepdims)
+
+
+def _correction(unbiased: bool | None, correction: int | None) -> int:
+    if unbiased is not None and correction is not None:
+        raise ValueError("var/std: give unbiased or correction, not both")
+    if correction is not None:
+        return int(correction)
+    return 1 if unbiased is None or unbiased else 0
+
+
+def var(
+    x: Any, axis: Any = None, unbiased: bool | None = None, keepdims: bool = False, correction: int | None = None
+) -> Tensor:
+    """Variance over ``axis`` (None: all), divided by n - correction (default 1, as torch.var)."""
+    return Var.apply(x, axis=axis, correction=_correction(unbiased, correction), keepdims=keepdims)
+
+
+def std(
+    x: Any, axis: Any = None, unbiased: bool | None = None, keepdims: bool = False, correction: int | None = None
+) -> Tensor:
+    """sqrt(var(x)); its gradient d_i / ((n - correction) std) is infinite where std = 0, as PyTorch's."""
+    return Sqrt.apply(var(x, axis, unbiased, keepdims, correction))
+
+
+def cumsum(x: Any, axis: int) -> Tensor:
+    return Cumsum.apply(x, axis=axis)

@@ -1,12 +1,17 @@
-"""Shape ops: they move values around; backward moves gradients back."""
+"""Shape ops: they move values around (reshape, transpose, index, expand, join, split, pad, flip, tril/triu);
+backward moves gradients back."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
 
+from minidl.autograd import Function, unbroadcast
 from minidl.ops.elementwise import broadcasts_to
 from minidl.ops.reduce import normalize_axis
-from minidl.tensor import Function, unbroadcast
+from minidl.tensor import Tensor
 
 
 class Reshape(Function):
@@ -168,3 +173,124 @@ class Pad(Function):
 
     def backward(self, g):
         return g[tuple(slice(b, b + n) for (b, _), n in zip(self.widths, self.in_shape))]
+
+
+class Flip(Function):
+    """Reverse the order along ``axes`` (None: all); its own adjoint."""
+
+    def forward(self, a, axes=None):
+        self.axes = None if axes is None else normalize_axis(axes, a.ndim)
+        return np.flip(a, self.axes)
+
+    def backward(self, g):
+        return np.flip(g, self.axes)
+
+
+class Triangle(Function):
+    """tril/triu over the last two axes: keep the entries on and below (tril) or above (triu) diagonal k,
+    zero the rest; the gradient is masked the same way."""
+
+    def forward(self, a, k=0, upper=False):
+        if a.ndim < 2:
+            raise ValueError(f"{'triu' if upper else 'tril'}: need at least 2 dimensions, got shape {a.shape}")
+        self.k, self.fn = int(k), np.triu if upper else np.tril
+        return self.fn(a, self.k)
+
+    def backward(self, g):
+        return self.fn(g, self.k)
+
+
+# ---- functional forms (also the bodies of the Tensor methods)
+def shape_arg(shape: Sequence[Any]) -> tuple[int, ...]:
+    """``f(2, 3)`` and ``f((2, 3))`` both mean the shape (2, 3)."""
+    if len(shape) == 1 and not isinstance(shape[0], int | np.integer):
+        return tuple(shape[0])
+    return tuple(shape)
+
+
+def index_arg(idx: Any) -> Any:
+    """Tensors inside an index become their ndarrays."""
+    if isinstance(idx, Tensor):
+        return idx.data
+    if isinstance(idx, tuple):
+        return tuple(i.data if isinstance(i, Tensor) else i for i in idx)
+    return idx
+
+
+def reshape(x: Any, *shape: Any) -> Tensor:
+    return Reshape.apply(x, shape=shape_arg(shape))
+
+
+def transpose(x: Any, *axes: Any) -> Tensor:
+    """Permute the axes (NumPy's transpose: all of them, in the order given; none given reverses them)."""
+    return Transpose.apply(x, axes=shape_arg(axes) if axes else None)
+
+
+def squeeze(x: Tensor, axis: Any = None) -> Tensor:
+    """Drop size-1 axes (all of them, or those named; naming an axis of another size is an error)."""
+    axes = [a for a, n in enumerate(x.shape) if n == 1] if axis is None else normalize_axis(axis, x.ndim)
+    for a in axes:
+        if x.shape[a] != 1:
+            raise ValueError(f"squeeze: axis {a} of a tensor of shape {x.shape} has size {x.shape[a]}, not 1")
+    return Reshape.apply(x, shape=tuple(n for a, n in enumerate(x.shape) if a not in axes))
+
+
+def unsqueeze(x: Tensor, axis: int) -> Tensor:
+    """Insert a size-1 axis at position ``axis`` of the result."""
+    if not -x.ndim - 1 <= axis <= x.ndim:
+        raise ValueError(f"unsqueeze: axis {axis} is out of range for a result with {x.ndim + 1} dimensions")
+    axis = axis % (x.ndim + 1)
+    return Reshape.apply(x, shape=x.shape[:axis] + (1,) + x.shape[axis:])
+
+
+def flatten(x: Tensor, start_axis: int = 0, end_axis: int = -1) -> Tensor:
+    """Merge axes start_axis..end_axis (inclusive) into one, as torch.flatten."""
+    if x.ndim == 0:
+        return Reshape.apply(x, shape=(1,))
+    start, end = normalize_axis(start_axis, x.ndim)[0], normalize_axis(end_axis, x.ndim)[0]
+    if start > end:
+        raise ValueError(f"flatten: start_axis {start_axis} comes after end_axis {end_axis} for shape {x.shape}")
+    merged = int(np.prod(x.shape[start : end + 1]))
+    return Reshape.apply(x, shape=x.shape[:start] + (merged,) + x.shape[end + 1 :])
+
+
+def broadcast_to(x: Any, *shape: Any) -> Tensor:
+    return Expand.apply(x, shape=shape_arg(shape))
+
+
+def concatenate(tensors: Sequence[Any], axis: int = 0) -> Tensor:
+    """Join tensors along an existing axis (np.concatenate); sizes must agree on every other axis."""
+    return Concatenate.apply(*tensors, axis=axis)
+
+
+cat = concatenate
+
+
+def stack(tensors: Sequence[Any], axis: int = 0) -> Tensor:
+    """Join tensors of one shape along a new axis (np.stack)."""
+    return Stack.apply(*tensors, axis=axis)
+
+
+def split(x: Any, sections: int | Sequence[int], axis: int = 0) -> tuple[Tensor, ...]:
+    """NumPy's split, not PyTorch's: ``sections`` is the NUMBER of equal parts, or a list of cut indices."""
+    return Split.apply(x, sections=sections, axis=axis)
+
+
+def pad(x: Any, pad_width: Any, value: float = 0.0) -> Tensor:
+    """Constant padding, NumPy's ``pad_width`` convention: n, (before, after), or one pair per axis in axis order."""
+    return Pad.apply(x, pad_width=pad_width, value=value)
+
+
+def flip(x: Any, axis: Any = None) -> Tensor:
+    """Reverse along ``axis`` (an int, a tuple, or None for all), as np.flip / torch.flip."""
+    return Flip.apply(x, axes=axis)
+
+
+def tril(x: Any, k: int = 0) -> Tensor:
+    """Lower triangle of the last two axes, from diagonal k down (torch.tril's ``diagonal``)."""
+    return Triangle.apply(x, k=k, upper=False)
+
+
+def triu(x: Any, k: int = 0) -> Tensor:
+    """Upper triangle of the last two axes, from diagonal k up."""
+    return Triangle.apply(x, k=k, upper=True)

@@ -3,14 +3,20 @@
 logsumexp(a) = m + log(sum(exp(a - m))),  m = max(a)      (every exp argument <= 0, one of them = 0)
 log_softmax(a) = a - logsumexp(a)
 softmax(a) = exp(a - m) / sum(exp(a - m))
+
+A 0-d input is a distribution over one value: softmax 1, log_softmax 0 (as PyTorch).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
 
+from minidl.autograd import Function
 from minidl.ops.reduce import expand_reduced, normalize_axis
-from minidl.tensor import Function
+from minidl.tensor import Tensor
 
 
 def shifted_exp(a: np.ndarray, axis) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -86,3 +92,18 @@ class LogSoftmax(Function):
     def backward(self, g):
         (out,) = self.saved_tensors
         return g - np.exp(out) * g.sum(axis=self.axis, keepdims=True)
+
+
+def softmax(x: Any, axis: int | Sequence[int] = -1) -> Tensor:
+    """exp(x) / sum(exp(x)) along ``axis``, computed as exp(x - max) so +-1e4 inputs are fine."""
+    return Softmax.apply(x, axis=axis)
+
+
+def log_softmax(x: Any, axis: int | Sequence[int] = -1) -> Tensor:
+    """x - logsumexp(x) along ``axis``; stable."""
+    return LogSoftmax.apply(x, axis=axis)
+
+
+def logsumexp(x: Any, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
+    """log(sum(exp(x))) over ``axis`` (None: all), a reduction like sum; stable."""
+    return LogSumExp.apply(x, axis=axis, keepdims=keepdims)

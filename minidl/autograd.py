@@ -1,0 +1,283 @@
+"""The autograd engine: Function (one op, forward and backward side by side), grad mode, and backward.
+
+Calling ``SomeOp.apply(a, b)`` runs ``forward`` on the inputs' ndarrays and, when gradients are wanted, records
+the Function as the new tensor's ``_ctx``: the graph is the chain of Functions reachable through
+``_ctx.parents``. ``backward`` visits the Functions in reverse topological order, computed by an iterative
+depth-first search (no Python recursion, so a chain of 100,000 ops is fine), and calls each Function's
+``backward`` exactly once, after the gradients of all of its outputs have been summed.
+
+This module never imports ``minidl.tensor`` at run time (tensor.py hands its class over with
+``use_tensor_class``), so the one import circle of the package stays tensor <-> ops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from minidl import saved
+
+if TYPE_CHECKING:
+    from minidl.tensor import Tensor
+
+__all__ = ["Function", "backward", "enable_grad", "is_grad_enabled", "no_grad", "unbroadcast"]
+
+
+class _GradMode(threading.local):
+    """Whether ops record the graph. Per thread: simulated MPI ranks are threads of one process,
+    and one rank's ``no_grad()`` must not switch off recording in another."""
+
+    enabled: bool = True
+
+
+_grad_mode = _GradMode()
+
+
+@contextlib.contextmanager
+def no_grad() -> Iterator[None]:
+    """Within this block no graph is recorded (inference, optimizer updates)."""
+    prev, _grad_mode.enabled = _grad_mode.enabled, False
+    try:
+        yield
+    finally:
+        _grad_mode.enabled = prev
+
+
+@contextlib.contextmanager
+def enable_grad() -> Iterator[None]:
+    prev, _grad_mode.enabled = _grad_mode.enabled, True
+    try:
+        yield
+    finally:
+        _grad_mode.enabled = prev
+
+
+def is_grad_enabled() -> bool:
+    return _grad_mode.enabled
+
+
+def unbroadcast(grad: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Sum ``grad`` down to ``shape``: the adjoint of NumPy broadcasting.
+
+    Broadcasting prepends size-1 axes and stretches size-1 axes; the gradient of a
+    stretched axis is the sum over it. Used by every broadcasting op's backward.
+    """
+    if grad.shape == tuple(shape):
+        return grad
+    extra = grad.ndim - len(shape)
+    if extra > 0:
+        grad = grad.sum(axis=tuple(range(extra)))
+    stretched = tuple(i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 1)
+    if stretched:
+        grad = grad.sum(axis=stretched, keepdims=True)
+    return grad.reshape(shape)
+
+
+def _is_float(dtype: np.dtype) -> bool:
+    return dtype.kind in "fc"
+
+
+_tensor_class: Any = None
+
+
+def use_tensor_class(cls: type[Tensor]) -> None:
+    """Called once by minidl/tensor.py: the class of the tensors that ``Function.apply`` returns."""
+    global _tensor_class
+    _tensor_class = cls
+
+
+class Function:
+    """One differentiable operation: ``forward`` on ndarrays, ``backward`` beside it.
+
+    Subclasses implement::
+
+        def forward(self, *arrays, **kwargs) -> ndarray | tuple[ndarray, ...]
+        def backward(self, *grad_outputs) -> ndarray | None | tuple[ndarray | None, ...]
+
+    ``backward`` gets one gradient per output (zeros for an output that received none)
+    and returns one gradient per tensor input, in order (None where not needed: check
+    ``self.needs_input_grad[i]`` to skip work). Use ``self.save_for_backward(...)`` for
+    what backward needs; it is freed after backward unless ``retain_graph=True``, and backward
+    raises if the memory of a saved array was written in place meanwhile (see minidl/saved.py).
+    Non-tensor arguments (axes, shapes) are passed as keyword arguments.
+    """
+
+    parents: tuple[Tensor, ...]
+    needs_input_grad: tuple[bool, ...]
+    saved_tensors: tuple[Any, ...] = ()
+    n_outputs: int
+    out_meta: tuple[tuple[tuple[int, ...], np.dtype], ...]
+    retained: dict[int, Tensor]
+    freed: bool = False
+    held: tuple[tuple[int, int], ...] = ()  # (memory id, version) of each saved array's memory
+
+    def save_for_backward(self, *values: Any) -> None:
+        self.saved_tensors = values
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def backward(self, *grad_outputs: np.ndarray) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    @classmethod
+    def apply(cls, *inputs: Any, **kwargs: Any) -> Any:
+        """Run forward on the inputs' data; record the graph if any input requires grad.
+
+        Returns one Tensor, or a tuple of Tensors when forward returns a tuple.
+        """
+        Tensor = _tensor_class
+        ctx = cls()
+        tensors = tuple(x if isinstance(x, Tensor) else Tensor(x) for x in inputs)
+        out = ctx.forward(*(t._data for t in tensors), **kwargs)
+        multi = isinstance(out, tuple)
+        outs = out if multi else (out,)
+        if not (_grad_mode.enabled and any(t.requires_grad for t in tensors)):
+            ctx.saved_tensors = ()
+            results = [Tensor(o) for o in outs]
+            return tuple(results) if multi else results[0]
+        ctx.parents = tensors
+        ctx.needs_input_grad = tuple(t.requires_grad for t in tensors)
+        ctx.n_outputs = len(outs)
+        ctx.out_meta = tuple((o.shape, o.dtype) for o in outs)
+        ctx.retained = {}
+        if ctx.saved_tensors:
+            ctx.held = saved.hold(ctx.saved_tensors)
+        results = []
+        for i, o in enumerate(outs):
+            t = Tensor(o, requires_grad=_is_float(o.dtype))
+            if t.requires_grad:
+                t._ctx, t._out_index = ctx, i
+            results.append(t)
+        return tuple(results) if multi else results[0]
+
+    def free(self) -> None:
+        """Drop the saved values (after backward, unless the graph is retained)."""
+        self.saved_tensors = ()
+        self.freed = True
+        if self.held:
+            saved.release(self.held)
+            self.held = ()
+
+    def check_saved(self) -> None:
+        """Raise if the memory of a saved array was written in place since forward saved it."""
+        changed = saved.modified(self.held)
+        if changed is None:
+            return
+        oid, then, now = changed
+        which = [
+            f"input {i} ({p.name + ', ' if p.name else ''}shape {p.shape})"
+            for i, p in enumerate(self.parents)
+            if _owner_id(p) == oid
+        ]
+        raise RuntimeError(
+            f"backward: {', '.join(which) or 'an output'} of {self!r} was modified in place after it was saved for "
+            f"backward (its memory is at version {now}, the op saved version {then}); do the in-place write "
+            "(an optimizer step, a .data assignment) after backward, or on a copy"
+        )
+
+    def __del__(self) -> None:
+        if self.held:  # a graph dropped without backward still lets go of its memory
+            saved.release(self.held)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__}>"
+
+
+def _owner_id(t: Tensor) -> int:
+    return id(saved.memory_owner(t._data))
+
+
+def accumulate_grad(t: Tensor, g: np.ndarray) -> None:
+    """Add ``g`` into the leaf's ``.grad`` (cast to its dtype, broadcast to its shape)."""
+    if g.dtype != t.dtype:
+        g = g.astype(t.dtype)
+    if g.shape != t.shape:
+        g = np.broadcast_to(g, t.shape)
+    if t.grad is None:
+        t.grad = np.array(g, copy=True)  # own the buffer: later accumulation is in place
+    else:
+        t.grad += g
+
+
+def topological_order(root: Function) -> list[Function]:
+    """Functions reachable from ``root``, each after all Functions that consume its outputs.
+
+    Iterative post-order DFS: a Function is appended once all its parents' Functions are done;
+    reversing the list gives an order where every consumer precedes its producers.
+    """
+    order: list[Function] = []
+    visited: set[int] = {id(root)}
+    stack: list[tuple[Function, Iterator[Tensor]]] = [(root, iter(root.parents))]
+    while stack:
+        fn, parents = stack[-1]
+        for p in parents:
+            pf = p._ctx
+            if pf is not None and id(pf) not in visited:
+                visited.add(id(pf))
+                stack.append((pf, iter(pf.parents)))
+                break
+        else:
+            stack.pop()
+            order.append(fn)
+    order.reverse()
+    return order
+
+
+def backward(root: Tensor, grad: np.ndarray, retain_graph: bool = False) -> None:
+    """Accumulate d(root)/d(leaf) * grad into every leaf's ``.grad`` reached from ``root``."""
+    root_fn = root._ctx
+    if root_fn is None:
+        accumulate_grad(root, grad)
+        return
+    # grads[id(fn)] holds one slot per output of fn, summed as consumers report.
+    grads: dict[int, list[np.ndarray | None]] = {id(root_fn): [None] * root_fn.n_outputs}
+    grads[id(root_fn)][root._out_index] = grad
+    for fn in topological_order(root_fn):
+        if fn.freed:
+            raise RuntimeError(
+                f"backward: trying to backward through the graph a second time ({fn!r}'s saved values "
+                "were freed after the first backward); call backward(retain_graph=True) the first time"
+            )
+        slots = grads.pop(id(fn), None)
+        if slots is None:
+            continue
+        in_grads = _call_backward(fn, slots)
+        if not retain_graph:
+            fn.free()
+        for p, g, needed in zip(fn.parents, in_grads, fn.needs_input_grad):
+            if needed and g is not None:
+                _send(fn, p, g, grads)
+
+
+def _call_backward(fn: Function, slots: list[np.ndarray | None]) -> tuple[Any, ...]:
+    fn.check_saved()
+    out_grads = tuple(g if g is not None else np.zeros(shape, dtype) for g, (shape, dtype) in zip(slots, fn.out_meta))
+    for idx, t in fn.retained.items():
+        t.grad = out_grads[idx].copy() if t.grad is None else t.grad + out_grads[idx]
+    in_grads = fn.backward(*out_grads)
+    if not isinstance(in_grads, tuple):
+        in_grads = (in_grads,)
+    if len(in_grads) != len(fn.parents):
+        raise RuntimeError(f"{fn!r}.backward returned {len(in_grads)} gradients for {len(fn.parents)} inputs")
+    return in_grads
+
+
+def _send(fn: Function, p: Tensor, g: np.ndarray, grads: dict[int, list[np.ndarray | None]]) -> None:
+    """Pass the gradient ``g`` for input ``p`` of ``fn`` on: into a leaf's .grad, or into its producer's slot."""
+    if g.dtype != p.dtype:
+        g = g.astype(p.dtype)  # mixed-dtype op: each input's gradient has the input's dtype
+    if g.shape != p.shape:
+        raise RuntimeError(f"{fn!r}.backward gave a gradient of shape {g.shape} for an input of shape {p.shape}")
+    pf = p._ctx
+    if pf is None:
+        accumulate_grad(p, g)
+        return
+    s = grads.setdefault(id(pf), [None] * pf.n_outputs)
+    i = p._out_index
+    prev = s[i]
+    s[i] = g if prev is None else prev + g  # not in place: g may alias an array another op still holds

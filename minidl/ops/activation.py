@@ -1,0 +1,206 @@
+"""Activation functions, each with its derivative beside it (formulas and tie rules as PyTorch's).
+
+relu(x) = max(x, 0)                           d = [x > 0]
+leaky_relu(x) = x if x > 0 else s x           d = 1 if x > 0 else s
+elu(x) = x if x > 0 else a (e^x - 1)          d = 1 if x > 0 else a e^x
+gelu(x) = x Phi(x)                            d = Phi(x) + x phi(x)      (Phi, phi: the normal cdf and pdf)
+gelu_tanh(x) = x/2 (1 + tanh(u)),  u = sqrt(2/pi) (x + 0.044715 x^3)
+softplus(x) = log(1 + e^(b x)) / b            d = sigmoid(b x); x itself where b x > threshold
+silu(x) = x sigmoid(x)                        d = s (1 + x (1 - s))
+hardswish(x) = x relu6(x + 3) / 6             d = 0 up to -3, x/3 + 1/2 between, 1 from 3 on
+mish(x) = x tanh(softplus(x))                 d = t + x (1 - t^2) sigmoid(x)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from minidl.autograd import Function
+from minidl.tensor import Tensor
+
+_erf_objects = np.frompyfunc(math.erf, 1, 1)
+
+
+def normal_cdf(a: np.ndarray) -> np.ndarray:
+    """Phi(a) = (1 + erf(a / sqrt 2)) / 2. NumPy has no erf; math.erf, element by element, is exact to the last
+    bit (about 0.1 us per element: fine for a reference, the one slow activation)."""
+    erf = np.asarray(_erf_objects(a / math.sqrt(2.0)), dtype=a.dtype)
+    return 0.5 * (1 + erf)
+
+
+def sigmoid_array(a: np.ndarray) -> np.ndarray:
+    """1 / (1 + exp(-a)), computed without overflow for large |a|."""
+    return 0.5 * (np.tanh(0.5 * a) + 1)
+
+
+def softplus_array(z: np.ndarray) -> np.ndarray:
+    """log(1 + exp(z)) = max(z, 0) + log1p(exp(-|z|)), finite for any z."""
+    return np.maximum(z, 0) + np.log1p(np.exp(-np.abs(z)))
+
+
+class Tanh(Function):
+    def forward(self, a):
+        out = np.tanh(a)
+        self.save_for_backward(out)
+        return out
+
+    def backward(self, g):
+        (out,) = self.saved_tensors
+        return g * (1 - out * out)  # d tanh = 1 - tanh^2
+
+
+class Sigmoid(Function):
+    def forward(self, a):
+        out = sigmoid_array(a)
+        self.save_for_backward(out)
+        return out
+
+    def backward(self, g):
+        (out,) = self.saved_tensors
+        return g * out * (1 - out)  # d sigma = sigma (1 - sigma)
+
+
+class ReLU(Function):
+    def forward(self, a):
+        mask = a > 0
+        self.save_for_backward(mask)
+        return a * mask
+
+    def backward(self, g):
+        (mask,) = self.saved_tensors
+        return g * mask
+
+
+class LeakyReLU(Function):
+    def forward(self, a, negative_slope=0.01):
+        self.slope = np.asarray(negative_slope, a.dtype)
+        pos = a > 0
+        self.save_for_backward(pos)
+        return np.where(pos, a, a * self.slope)
+
+    def backward(self, g):
+        (pos,) = self.saved_tensors
+        return np.where(pos, g, g * self.slope)
+
+
+class ELU(Function):
+    def forward(self, a, alpha=1.0):
+        self.alpha = np.asarray(alpha, a.dtype)
+        pos = a > 0
+        scaled_exp = self.alpha * np.exp(np.minimum(a, 0))  # a e^x, never overflowing
+        self.save_for_backward(pos, scaled_exp)
+        return np.where(pos, a, scaled_exp - self.alpha)
+
+    def backward(self, g):
+        pos, scaled_exp = self.saved_tensors
+        return np.where(pos, g, g * scaled_exp)
+
+
+class GELU(Function):
+    """approximate="none": x Phi(x) with the exact normal cdf; "tanh": PyTorch's tanh approximation."""
+
+    K = math.sqrt(2.0 / math.pi)
+
+    def forward(self, a, approximate="none"):
+        if approximate not in ("none", "tanh"):
+            raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+        self.approximate = approximate
+        self.save_for_backward(a)
+        if approximate == "tanh":
+            return 0.5 * a * (1 + np.tanh(self.K * (a + 0.044715 * a**3)))
+        return a * normal_cdf(a)
+
+    def backward(self, g):
+        (a,) = self.saved_tensors
+        if self.approximate == "tanh":
+            t = np.tanh(self.K * (a + 0.044715 * a**3))
+            return g * (0.5 * (1 + t) + 0.5 * a * (1 - t * t) * self.K * (1 + 3 * 0.044715 * a * a))
+        pdf = np.exp(-0.5 * a * a) / math.sqrt(2 * math.pi)
+        return g * (normal_cdf(a) + a * pdf)
+
+
+class Softplus(Function):
+    def forward(self, a, beta=1.0, threshold=20.0):
+        z = a * np.asarray(beta, a.dtype)
+        linear = z > threshold  # PyTorch returns x itself there (log(1 + e^z) = z to working precision)
+        self.save_for_backward(z, linear)
+        return np.where(linear, a, softplus_array(z) / np.asarray(beta, a.dtype))
+
+    def backward(self, g):
+        z, linear = self.saved_tensors
+        return np.where(linear, g, g * sigmoid_array(z))
+
+
+class SiLU(Function):
+    def forward(self, a):
+        s = sigmoid_array(a)
+        self.save_for_backward(a, s)
+        return a * s
+
+    def backward(self, g):
+        a, s = self.saved_tensors
+        return g * s * (1 + a * (1 - s))
+
+
+class Hardswish(Function):
+    def forward(self, a):
+        self.save_for_backward(a)
+        return a * np.clip(a + 3, 0, 6) / 6
+
+    def backward(self, g):
+        (a,) = self.saved_tensors
+        return g * np.where(a <= -3, 0, np.where(a < 3, a / 3 + 0.5, 1)).astype(g.dtype, copy=False)
+
+
+class Mish(Function):
+    def forward(self, a):
+        t = np.tanh(softplus_array(a))
+        self.save_for_backward(a, t)
+        return a * t
+
+    def backward(self, g):
+        a, t = self.saved_tensors
+        return g * (t + a * (1 - t * t) * sigmoid_array(a))
+
+
+def tanh(x: Any) -> Tensor:
+    return Tanh.apply(x)
+
+
+def sigmoid(x: Any) -> Tensor:
+    return Sigmoid.apply(x)
+
+
+def relu(x: Any) -> Tensor:
+    return ReLU.apply(x)
+
+
+def leaky_relu(x: Any, negative_slope: float = 0.01) -> Tensor:
+    return LeakyReLU.apply(x, negative_slope=negative_slope)
+
+
+def elu(x: Any, alpha: float = 1.0) -> Tensor:
+    return ELU.apply(x, alpha=alpha)
+
+
+def gelu(x: Any, approximate: str = "none") -> Tensor:
+    return GELU.apply(x, approximate=approximate)
+
+
+def softplus(x: Any, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
+    return Softplus.apply(x, beta=beta, threshold=threshold)
+
+
+def silu(x: Any) -> Tensor:
+    return SiLU.apply(x)
+
+
+def hardswish(x: Any) -> Tensor:
+    return Hardswish.apply(x)
+
+
+def mish(x: Any) -> Tensor:
+    return Mish.apply(x)
