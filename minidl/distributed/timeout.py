@@ -236,6 +236,15 @@ class TimedRequest:
         self.owner.wait([(self, status)], self.call, peers=self.peers)
         return True
 
+    @staticmethod
+    def Waitall(requests: Sequence[Any], statuses: list[Any] | None = None) -> bool:
+        """Complete all ``requests`` (TimedRequests of one communicator) under its deadline."""
+        requests = list(requests)
+        if requests:
+            pending = [(r, statuses[i] if statuses else None) for i, r in enumerate(requests)]
+            requests[0].owner.wait(pending, "Waitall")
+        return True
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self.request, name)
 

@@ -39,14 +39,16 @@ MODE_FLAGS: tuple[tuple[str, str, Any, tuple[str, ...], str], ...] = (
     ("--schedule", "schedule", "1f1b", ("pipeline",), "only a pipeline has a schedule"),
     ("--micro-batches", "micro_batches", 4, ("pipeline",), "only a pipeline splits batches into micro-batches"),
     ("--pipeline-stages", "pipeline_stages", None, ("pipeline",), "only a pipeline has stages"),
+    ("--resume", "resume", None, ("none", "data"), "only these modes write checkpoints a run continues from"),
+    ("--save", "save", None, ("none", "data", "model", "tensor", "pipeline"), "this mode writes no checkpoint"),
 )
 
 
 def check_args(args: argparse.Namespace) -> None:
     """Raise ``UsageError`` naming the first flag that is wrong (see the module doc)."""
     check_numbers(args)
-    check_paths(args)
     check_modes(args)
+    check_paths(args)
 
 
 def check_numbers(args: argparse.Namespace) -> None:

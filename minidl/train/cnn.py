@@ -231,8 +231,9 @@ def train(ctx: Context, args: argparse.Namespace, preset: str, cfg: CNNConfig) -
     schedule = optim.lr_scheduler.warmup_cosine(opt, warmup, max(schedule_steps, warmup + 1))
 
     step = 0
+    position_units = {"global_batch": ctx.size * cfg.batch_size}  # what the sampler's position counts in
     if args.resume:
-        saved, _ = common.load_checkpoint(ctx, args.resume, model, opt, schedule, preset)
+        saved, _ = common.load_checkpoint(ctx, args.resume, model, opt, schedule, preset, position_units)
         step = int(saved["step"])
         sampler.load_state_dict(saved["sampler"])
     else:
@@ -264,7 +265,13 @@ def train(ctx: Context, args: argparse.Namespace, preset: str, cfg: CNNConfig) -
         nonlocal saved_at
         saved_at = step
         common.save_checkpoint(
-            ctx, args.save, model, opt, {"step": step, "sampler": sampler.state_dict(), "preset": preset}, {}, schedule
+            ctx,
+            args.save,
+            model,
+            opt,
+            {"step": step, "sampler": sampler.state_dict(), "preset": preset, "settings": position_units},
+            {},
+            schedule,
         )
 
     while step < total_steps:

@@ -254,9 +254,19 @@ def save_checkpoint(
 
 
 def load_checkpoint(
-    ctx: Context, path: str, model: Module, opt: Optimizer, scheduler: Any = None, preset: str | None = None
+    ctx: Context,
+    path: str,
+    model: Module,
+    opt: Optimizer,
+    scheduler: Any = None,
+    preset: str | None = None,
+    settings: dict[str, int] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Restore what ``save_checkpoint`` wrote; returns (shared state, this rank's state), RNG already restored."""
+    """Restore what ``save_checkpoint`` wrote; returns (shared state, this rank's state), RNG already restored.
+
+    ``settings``: what the saved data position is counted in (``RESUME_SETTINGS``), saved with the state
+    under "settings"; a run that differs in one of them would continue at another place in the data, so
+    it is refused naming the flag."""
     inner = opt.optimizer if isinstance(opt, dist.DistributedOptimizer) else opt
     state, mine = dist.load_checkpoint(path, model, inner, scheduler, comm=ctx.comm)
     if preset is not None and state.get("preset", preset) != preset:
@@ -264,9 +274,28 @@ def load_checkpoint(
             f"--resume {path}: the checkpoint was written with --preset {state['preset']}, "
             f"this run has --preset {preset}"
         )
+    check_resume_settings(path, state.get("settings", {}), settings or {})
     if "rng" in mine:
         dist.set_rng_state(minidl.default_generator(), mine["rng"])
     return state, mine
+
+
+# what a saved data position is counted in, and the flags that set it
+RESUME_SETTINGS = {
+    "num_steps": "--num-steps (the BPTT window: the saved position counts windows of this many words)",
+    "streams": "--batch-size x ranks (the streams the corpus is cut into)",
+    "global_batch": "--batch-size x ranks (the global batch: the saved position counts global batches)",
+}
+
+
+def check_resume_settings(path: str, saved: dict[str, Any], current: dict[str, int]) -> None:
+    """Refuse a resume whose data position would mean another place in the data (naming the setting)."""
+    for key, value in current.items():
+        if key in saved and int(saved[key]) != int(value):
+            raise ValueError(
+                f"--resume {path}: the checkpoint was written with {key} = {int(saved[key])}, this run has {value}: "
+                f"{RESUME_SETTINGS.get(key, key)} must be the checkpoint's to continue exactly where it stopped"
+            )
 
 
 # ----------------------------------------------------------------------------- progress

@@ -190,9 +190,10 @@ def train(ctx: Context, args: argparse.Namespace, preset: str, cfg: LMConfig) ->
     opt = common.wrap_optimizer(ctx, optim.SGD(params, lr=cfg.lr), args)
 
     epoch, window, step = 1, 0, 0
+    position_units = {"num_steps": T, "streams": ctx.size * B}  # what (epoch, window) counts in
     state = model.init_hidden(B)
     if args.resume:
-        saved, mine = common.load_checkpoint(ctx, args.resume, model, opt, preset=preset)
+        saved, mine = common.load_checkpoint(ctx, args.resume, model, opt, preset=preset, settings=position_units)
         epoch, window, step = int(saved["epoch"]), int(saved["window"]), int(saved["step"])
         if window and "h" in mine:
             state = (minidl.tensor(mine["h"].astype(params[0].dtype)), minidl.tensor(mine["c"].astype(params[0].dtype)))
@@ -226,7 +227,12 @@ def train(ctx: Context, args: argparse.Namespace, preset: str, cfg: LMConfig) ->
         saved_at = step
         rank_state = {"h": state[0].data, "c": state[1].data}
         common.save_checkpoint(
-            ctx, args.save, model, opt, {"epoch": epoch, "window": window, "step": step, "preset": preset}, rank_state
+            ctx,
+            args.save,
+            model,
+            opt,
+            {"epoch": epoch, "window": window, "step": step, "preset": preset, "settings": position_units},
+            rank_state,
         )
 
     while epoch <= cfg.epochs and step < max_steps:
