@@ -44,11 +44,12 @@ MODE_FLAGS: tuple[tuple[str, str, Any, tuple[str, ...], str], ...] = (
 )
 
 
-def check_args(args: argparse.Namespace) -> None:
-    """Raise ``UsageError`` naming the first flag that is wrong (see the module doc)."""
+def check_args(args: argparse.Namespace, root: bool = True) -> None:
+    """Raise ``UsageError`` naming the first flag that is wrong (see the module doc). ``root``: this is the rank
+    that writes ``--save`` and reads ``--resume`` (rank 0; the others need neither path)."""
     check_numbers(args)
     check_modes(args)
-    check_paths(args)
+    check_paths(args, root)
 
 
 def check_numbers(args: argparse.Namespace) -> None:
@@ -70,7 +71,7 @@ def check_numbers(args: argparse.Namespace) -> None:
             raise UsageError(f"{flag(name)} must be >= {0 if name == 'staleness_bound' else 1}, got {value}")
 
 
-def check_paths(args: argparse.Namespace) -> None:
+def check_paths(args: argparse.Namespace, root: bool = True) -> None:
     data = getattr(args, "data", None)
     if data is not None and hasattr(args, "text"):  # the language model's --data: a PTB directory
         check_ptb(data)
@@ -79,6 +80,8 @@ def check_paths(args: argparse.Namespace) -> None:
     text = getattr(args, "text", None)
     if text is not None and not os.path.isfile(text):
         raise UsageError(f"--text {text}: no such file")
+    if not root:
+        return
     resume = getattr(args, "resume", None)
     if resume is not None and not os.path.isfile(resume):
         raise UsageError(f"--resume {resume}: no such checkpoint file")
@@ -131,6 +134,7 @@ def train_timeout() -> float | None:
 
 
 PROG = "python -m minidl.train"
+PER_RANK_PATHS = ("save", "resume", "data", "text")  # may differ between ranks (rank 0 writes; node-local copies)
 RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")  # set by MPICH's and Open MPI's launchers
 SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE")
 
@@ -141,7 +145,7 @@ def validate_or_exit(args: argparse.Namespace) -> None:
     problem print one line, once (the first rank that found it, with its rank), and exit with status 2."""
     error = None
     try:
-        check_args(args)
+        check_args(args, root=_launch_rank() == 0)
     except UsageError as e:
         error = str(e)
     if not launched_by_mpi():
@@ -162,6 +166,14 @@ def validate_or_exit(args: argparse.Namespace) -> None:
         if comm.Get_rank() == 0:
             print_error(difference, f"[rank 0 of {comm.Get_size()}] ")
         raise SystemExit(2)
+
+
+def _launch_rank() -> int:
+    """This process's rank from the launcher's environment (0 when not launched by mpiexec)."""
+    for v in RANK_VARIABLES:
+        if v in os.environ:
+            return int(os.environ[v])
+    return 0
 
 
 def launched_by_mpi() -> bool:
@@ -189,7 +201,9 @@ def settings_difference(comm: Any, args: argparse.Namespace) -> str | None:
     from minidl.distributed.fingerprint import check_layout
 
     plain = (str, int, float, bool, type(None), list, tuple)
-    rows = [(flag(k), repr(v)) for k, v in sorted(vars(args).items()) if isinstance(v, plain)]
+    rows = [
+        (flag(k), repr(v)) for k, v in sorted(vars(args).items()) if isinstance(v, plain) and k not in PER_RANK_PATHS
+    ]
     try:
         check_layout(comm, rows, "ranks started with different settings", subject="the command line")
     except MismatchError as e:
