@@ -14,7 +14,7 @@ def test_lm_resume_with_another_bptt_length_is_refused(tmp_path):
     lm.main(LM + ["--max-steps", "3", "--save", ckpt])
     with pytest.raises(ValueError, match=r"num_steps = \d+, this run has 7: --num-steps \(the BPTT window"):
         lm.main(LM + ["--max-steps", "5", "--resume", ckpt, "--num-steps", "7"])
-    with pytest.raises(ValueError, match=r"streams = \d+, this run has 3: --batch-size x ranks"):
+    with pytest.raises(ValueError, match=r"global_batch = \d+, this run has 3: --batch-size x ranks"):
         lm.main(LM + ["--max-steps", "5", "--resume", ckpt, "--batch-size", "3"])
     lm.main(LM + ["--max-steps", "5", "--resume", ckpt])  # the same settings resume (exactly: test_train.py)
 

@@ -216,3 +216,32 @@ def print_error(message: str | None, prefix: str = "") -> int:
 
     print(f"{prefix}{PROG}: error: {message}", file=sys.stderr, flush=True)
     return 2
+
+
+# ----------------------------------------------------------------------------- resuming
+# what a saved data position (epoch, window or batch, step) counts in, and the flags that set it
+RESUME_SETTINGS = {
+    "num_steps": "--num-steps (the BPTT window: the saved position counts windows of this many words)",
+    "global_batch": "--batch-size x ranks (the global batch: the saved position counts global batches or streams)",
+}
+
+
+def position_units(cfg: Any, ranks: int) -> dict[str, int]:
+    """What a checkpoint's data position counts in for a run with config ``cfg`` on ``ranks`` ranks."""
+    units = {"global_batch": int(cfg.batch_size) * ranks}
+    if hasattr(cfg, "num_steps"):
+        units["num_steps"] = int(cfg.num_steps)
+    return units
+
+
+def check_resume_settings(path: str, saved: dict[str, Any], current: dict[str, int]) -> None:
+    """Refuse a resume whose saved position would mean another place in the data (naming the setting): with
+    another BPTT length the window index points elsewhere in the corpus, with another global batch the batch
+    index does. (The world size alone may change where the global batch stays the same: the data order is
+    the same; a checkpoint that holds per-rank state refuses another world size in ``dist.load_checkpoint``.)"""
+    for key, value in current.items():
+        if key in saved and int(saved[key]) != int(value):
+            raise ValueError(
+                f"--resume {path}: the checkpoint was written with {key} = {int(saved[key])}, this run has {value}: "
+                f"{RESUME_SETTINGS.get(key, key)} must be the checkpoint's to continue exactly where it stopped"
+            )

@@ -47,6 +47,7 @@ from minidl.distributed.comm import get_comm
 from minidl.distributed.data_parallel import compression as _compression
 from minidl.distributed.data_parallel.allreduce import ALGORITHMS, allreduce, check_algorithm
 from minidl.distributed.data_parallel.fusion import Bucket, pack, plan_buckets, unpack
+from minidl.distributed.data_parallel.overlap import BucketOverlap
 from minidl.distributed.data_parallel.timing import StepTimings
 from minidl.distributed.fingerprint import check_layout, optimizer_rows, parameter_rows
 from minidl.distributed.timeout import activity
@@ -96,6 +97,7 @@ class DistributedOptimizer(Optimizer):
         measure_wait: bool = True,
         named_parameters: Any = None,
         overflow: str = "raise",
+        overlap: bool = False,
     ):
         # No Optimizer.__init__: hyperparameters and state live in the wrapped optimizer (see the properties).
         if not isinstance(optimizer, Optimizer) or isinstance(optimizer, DistributedOptimizer):
@@ -120,12 +122,15 @@ class DistributedOptimizer(Optimizer):
         self.names = _names_of(named_parameters, self._params())
         self.updates = 0  # updates applied (the step a timeout names)
         self.skipped = 0  # updates skipped after an fp16 overflow (overflow="skip")
+        self._overflowed = False  # this update's fp16 sum was not finite (overflow="skip")
         self.timings = StepTimings()
         self.buckets: list[Bucket] = []
         self._planned_for: tuple[int, ...] = ()
         self._passes = 0  # step() calls since the last update
         self._synchronized = False
         self._layout_checked = False  # have the ranks confirmed they pack the same buckets?
+        self.overlap = bool(overlap)
+        self._overlap: BucketOverlap | None = None
         self._plan()
         self._check_ranks_agree()
         self.timings.restart()
@@ -188,9 +193,28 @@ class DistributedOptimizer(Optimizer):
 
     def _plan(self) -> None:
         params = self._params()
-        self.buckets = plan_buckets(params, self.fusion_bytes)
+        # reverse order of the forward: backward finishes the first bucket first (what overlap needs)
+        self.buckets = plan_buckets(reversed(params), self.fusion_bytes)
         self._planned_for = tuple(id(p) for p in params)
         self._layout_checked = False
+        if self.overlap:
+            self._hook_parameters(params)
+
+    def _hook_parameters(self, params: list[Tensor]) -> None:
+        """Overlap: a hook on each parameter tells the (re)planned buckets when its gradient is final."""
+        if self._overlap is not None:
+            self._overlap.close()
+        self._overlap = BucketOverlap(self)
+        hooked = getattr(self, "_hooked", set())
+        for p in params:
+            if id(p) not in hooked:
+                p.register_post_accumulate_grad_hook(lambda t: self._overlap and self._overlap.param_ready(t))
+                hooked.add(id(p))
+        self._hooked = hooked
+
+    def _scale(self) -> float:
+        """What the summed gradients are multiplied by: 1 / (ranks x accumulated passes) for "average"."""
+        return 1.0 / (self.comm.Get_size() * (self._passes + 1)) if self.op == "average" else 1.0
 
     # -- accumulation
     @property
@@ -225,10 +249,13 @@ class DistributedOptimizer(Optimizer):
             self._plan()
         start = self.timings.mark()  # forward + backward since the last step were compute
         size = self.comm.Get_size()
-        passes = self._passes + 1
-        scale = 1.0 / (size * passes) if self.op == "average" else 1.0
-        self._overflowed = False
-        if size == 1:
+        scale = self._scale()
+        if self._overlap is not None and size > 1:
+            # the buckets launched during backward; what is left now, then wait (exposed communication)
+            with activity("DistributedOptimizer.step", step=self.updates):
+                self._overlap.finish()  # (an fp16 overflow sets self._overflowed from the communication thread)
+            self._layout_checked = True
+        elif size == 1:
             if scale != 1.0:
                 for p in self._params():
                     if p.grad is not None:
@@ -241,7 +268,7 @@ class DistributedOptimizer(Optimizer):
                     self.timings.add("wait", now - start)
                     start = now
                 # the first exchange checks that every rank packs the same sizes and dtypes; later ones need not
-                self._overflowed = not allreduce_buckets(
+                self._overflowed |= not allreduce_buckets(
                     self.buckets,
                     self.comm,
                     self.algorithm,
@@ -271,6 +298,7 @@ class DistributedOptimizer(Optimizer):
         self.synchronize()
         if self._overflowed:  # overflow="skip": the sum is not finite on any rank, so every rank skips
             self.skipped += 1
+            self._overflowed = False
         else:
             self.optimizer.step()
         self.updates += 1

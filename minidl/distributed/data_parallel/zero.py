@@ -90,8 +90,9 @@ class ZeroOptimizer:
         names = {id(p): n for n, p in module.named_parameters()} if module is not None else {}
         rows = parameter_rows((names.get(id(p)), p) for p in self.params) + optimizer_rows(optimizer)
         check_layout(self.comm, rows, "ZeroOptimizer", [("stage", stage, int)])
-        # The packed layout of DistributedOptimizer's single fusion bucket: gradients, then presence flags.
-        (self.bucket,) = plan_buckets(self.params, fusion_bytes=2**62)
+        # The packed layout of DistributedOptimizer's single fusion bucket (parameters in reverse order of the
+        # forward, then presence flags), so that the reduce-scatter adds each element as its allreduce does.
+        (self.bucket,) = plan_buckets(reversed(self.params), fusion_bytes=2**62)
         rank, size = self.comm.Get_rank(), self.comm.Get_size()
         self.bounds = block_bounds(self.bucket.length, size)
         self.lo, self.hi = self.bounds[rank], min(self.bounds[rank + 1], self.bucket.numel)
@@ -182,8 +183,9 @@ class ZeroOptimizer:
     def gather(self, params: list[Tensor]) -> None:
         """Allgather the shards covering ``params`` (a contiguous run of the flat vector) into them."""
         index = {id(p): i for i, p in enumerate(self.bucket.params)}
-        first, last = index[id(params[0])], index[id(params[-1])]
-        if [index[id(p)] for p in params] != list(range(first, last + 1)):
+        positions = sorted(index[id(p)] for p in params)
+        first, last = positions[0], positions[-1]
+        if positions != list(range(first, last + 1)):
             raise ValueError("ZeRO stage 3: a unit's parameters must be consecutive in the model's parameter order")
         a = self.bucket.offsets[first]
         b = self.bucket.offsets[last] + self.bucket.params[last].data.size
