@@ -15,6 +15,7 @@ The optimizers share one protocol, ``zero_grad()``, ``step(closure=None)``, ``fi
 from __future__ import annotations
 
 import argparse
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -84,6 +85,7 @@ class Strategy:
         self.replicas, self.min_streams = 1, 1
         self.reports = True  # this rank's loss counts in the reported loss
         self.log_rank = 0  # the rank that prints progress
+        self.timeline: Any = None  # a dist.Timeline with --timeline (data-parallel modes)
 
     def build(self, task: Any, model: Module) -> None:
         """Hold ``model`` whole: the net the loop runs, its parameters and their optimizer."""
@@ -109,13 +111,21 @@ class Strategy:
 
     def train_step(self, task: Any, batch: Any) -> float | None:
         """One optimizer step on ``batch``; returns this rank's loss (None where there is none)."""
-        out = task.forward(self.net, batch)
-        loss = self.criterion(task, out, batch)
+        with self.span("forward"):
+            out = task.forward(self.net, batch)
+            loss = self.criterion(task, out, batch)
         self.opt.zero_grad()
-        (out if loss is None else loss).backward()
-        self.clip(task.max_grad_norm)
-        self.update(task, batch)
+        with self.span("backward"):
+            (out if loss is None else loss).backward()
+        with self.span("clip"):
+            self.clip(task.max_grad_norm)
+        with self.span("update"):
+            self.update(task, batch)
         return None if loss is None else float(loss.data)
+
+    def span(self, name: str) -> Any:
+        """A timeline span around a phase of the step (nothing without ``--timeline``)."""
+        return self.timeline.span(name) if self.timeline is not None else contextlib.nullcontext()
 
     def update(self, task: Any, batch: Any) -> None:
         self.opt.step()
