@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from minidl import saved
+from minidl import amp, saved
 
 if TYPE_CHECKING:
     from minidl.tensor import Tensor
@@ -114,6 +114,7 @@ class Function:
     retained: dict[int, Tensor]
     freed: bool = False
     held: tuple[tuple[int, int], ...] = ()  # (memory id, version) of each saved array's memory
+    amp_round: Any = None  # the 16-bit rounding of amp.autocast, when recorded inside one
 
     def save_for_backward(self, *values: Any) -> None:
         self.saved_tensors = values
@@ -133,9 +134,13 @@ class Function:
         Tensor = _tensor_class
         ctx = cls()
         tensors = tuple(x if isinstance(x, Tensor) else Tensor(x) for x in inputs)
-        out = ctx.forward(*(t._data for t in tensors), **kwargs)
+        reduce = amp.active()  # inside amp.autocast: emulate 16-bit arithmetic by rounding what goes in and out
+        data = tuple(t._data for t in tensors)
+        out = ctx.forward(*(amp.rounded(data, reduce) if reduce else data), **kwargs)
         multi = isinstance(out, tuple)
         outs = out if multi else (out,)
+        if reduce:
+            outs, ctx.amp_round = amp.rounded(outs, reduce), reduce
         if not (_grad_mode.enabled and any(t.requires_grad for t in tensors)):
             ctx.saved_tensors = ()
             results = [Tensor(o) for o in outs]
@@ -299,6 +304,8 @@ def _call_backward(fn: Function, slots: list[np.ndarray | None]) -> tuple[Any, .
     in_grads = fn.backward(*out_grads)
     if not isinstance(in_grads, tuple):
         in_grads = (in_grads,)
+    if fn.amp_round is not None:  # recorded under amp.autocast: its gradients are 16-bit numbers too
+        in_grads = amp.rounded(in_grads, fn.amp_round)
     if len(in_grads) != len(fn.parents):
         raise RuntimeError(f"{fn!r}.backward returned {len(in_grads)} gradients for {len(fn.parents)} inputs")
     return in_grads

@@ -70,6 +70,11 @@ FLAGS: dict[str, list[tuple[str, dict[str, Any]]]] = {  # group -> (flag, add_ar
             },
         ),
         ("--timeline", {"metavar": "FILE", "help": "data, zero: write a Chrome trace of every rank's steps"}),
+        (
+            "--precision",
+            {"choices": ("fp32", "fp16", "bf16"), "default": "fp32", "help": "arithmetic, 16-bit emulated (fp32)"},
+        ),
+        ("--loss-scale", {"metavar": "dynamic|N", "help": "loss scaling for fp16 (default dynamic with fp16)"}),
         ("--baseline-wps", PFLOAT | {"metavar": "X", "help": "one rank's words/s (images/s): prints the efficiency"}),
     ],
     "pipeline (--parallel pipeline)": [

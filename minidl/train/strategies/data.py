@@ -31,6 +31,8 @@ class DataParallel(Strategy):
         reseed_per_rank(a.seed, self.ctx.rank)
         super().build(task, model)
         compression = None if a.compression == "none" else a.compression
+        if getattr(a, "precision", "fp32") == "fp16":
+            compression = "fp16"  # fp16 training sends fp16 gradients: half the bytes
         self.opt = dist.DistributedOptimizer(
             self.base,
             allreduce=a.allreduce,
@@ -38,6 +40,7 @@ class DataParallel(Strategy):
             compression=compression,
             comm=self.ctx.comm,
             overlap=a.overlap,
+            overflow="skip" if self.scaler is not None else "raise",  # the loss scaler then backs off
         )
         self.keep_timeline()
 
