@@ -33,6 +33,9 @@ from minidl.tensor import Tensor
 
 def check_thread_level(comm: Any) -> None:
     """Refuse a real MPI communicator whose library runs without MPI_THREAD_SERIALIZED or better."""
+    from minidl.distributed.timeout import base_comm
+
+    comm = base_comm(comm)  # under a TimeoutComm or CountingComm
     if type(comm).__module__.split(".")[0] != "mpi4py":
         return  # the simulated communicator is thread-safe
     from mpi4py import MPI
@@ -75,9 +78,12 @@ class BucketOverlap:
     def _allreduce(self, k: int, scale: float, check: bool) -> None:
         from minidl.distributed.data_parallel.optimizer import allreduce_buckets
 
-        began = time.perf_counter()
-        allreduce_buckets([self.opt.buckets[k]], self.opt.comm, self.opt.algorithm, scale, self.opt.compression, check)
-        self.opt.record(k, began, "comm")
+        began, opt = time.perf_counter(), self.opt
+        if not allreduce_buckets(
+            [opt.buckets[k]], opt.comm, opt.algorithm, scale, opt.compression, check, opt.overflow
+        ):
+            opt._overflowed = True  # overflow="skip": step() skips this update (an fp16 sum that is not finite)
+        opt.record(k, began, "comm")
 
     def finish(self) -> None:
         """Launch the buckets not launched yet, in order, and wait for every allreduce of this step."""
