@@ -236,8 +236,20 @@ def topological_order(root: Function) -> list[Function]:
     return order
 
 
-def backward(root: Tensor, grad: np.ndarray, retain_graph: bool = False) -> None:
-    """Accumulate d(root)/d(leaf) * grad into every leaf's ``.grad`` reached from ``root``."""
+def backward(root: Tensor, grad: np.ndarray | None = None, retain_graph: bool = False) -> None:
+    """Accumulate d(root)/d(leaf) * grad into every leaf's ``.grad`` reached from ``root`` (``Tensor.backward``).
+    ``grad`` defaults to 1 for a one-element root."""
+    if not root.requires_grad:
+        raise RuntimeError("backward: this tensor does not require grad and has no graph")
+    if grad is None:
+        if root.size != 1:
+            raise RuntimeError(
+                f"backward: grad can be implicitly created only for a scalar output; this tensor has "
+                f"shape {root.shape}, so pass grad= an array of that shape"
+            )
+        grad = np.ones(root.shape, root.dtype)
+    elif grad.shape != root.shape:
+        raise ValueError(f"backward: grad has shape {grad.shape}, tensor has shape {root.shape}")
     root_fn = root._ctx
     if root_fn is None:
         accumulate_grad(root, grad)
