@@ -50,7 +50,7 @@ the thread-ranks of ``collectives.simulate(P, fn)`` each call ``dist.init(comm)`
 Only this package imports mpi4py; ``collectives`` supplies the algorithms and the simulated communicator.
 """
 
-from minidl.distributed.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from minidl.distributed.checkpoint import checkpoint_info, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from minidl.distributed.comm import (
     abort_on_error,
     barrier,
@@ -95,6 +95,7 @@ __all__ = [
     "init",
     "install_excepthook",
     "is_initialized",
+    "checkpoint_info",
     "load_checkpoint",
     "rank",
     "rng_state",

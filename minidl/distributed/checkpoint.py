@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -90,11 +91,14 @@ def load_checkpoint(
     optimizer: Optimizer | None = None,
     scheduler: Any = None,
     comm: Any = None,
+    reshard: Callable[[list[dict[str, Any]], int], list[dict[str, Any]]] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Restore ``model``, ``optimizer`` and ``scheduler`` on every rank from rank 0's read of ``path``.
 
     Returns ``(state, rank_state)``: the shared dict and this rank's own dict given to ``save_checkpoint``.
-    The number of ranks must be the one the checkpoint was written with when it holds per-rank state.
+    The number of ranks must be the one the checkpoint was written with when it holds per-rank state, unless
+    ``reshard(saved_rank_states, size)`` is given: rank 0 then turns the P saved per-rank dicts into ``size`` new
+    ones (an LSTM's carried state cut again over the new ranks' streams, ...).
     Whatever goes wrong - a missing, corrupt or malformed file on rank 0, a model or optimizer that
     does not fit on any rank - raises on every rank (a ``CheckpointError`` with the same words where
     the file is at fault), so no rank is left waiting for the others.
@@ -103,7 +107,7 @@ def load_checkpoint(
     rank, size = comm.Get_rank(), comm.Get_size()
     ckpt, ranks = None, None
     if rank == 0:
-        ckpt, ranks = _read_on_root(path, size)
+        ckpt, ranks = _read_on_root(path, size, reshard)
     ckpt = broadcast_state(ckpt, 0, comm)
     if "error" in ckpt:
         from minidl.serialization import CheckpointError
@@ -126,7 +130,7 @@ def load_checkpoint(
     return ckpt.get("state", {}), mine
 
 
-def _read_on_root(path: str | os.PathLike[str], size: int) -> tuple[dict[str, Any], list[Any]]:
+def _read_on_root(path: str | os.PathLike[str], size: int, reshard: Any = None) -> tuple[dict[str, Any], list[Any]]:
     """Rank 0: (the checkpoint without its per-rank part, one per-rank dict per rank), or ({"error": why}, [{}...])
     for any failure, which load_checkpoint then raises on every rank."""
     from minidl.serialization import load
@@ -142,8 +146,30 @@ def _read_on_root(path: str | os.PathLike[str], size: int) -> tuple[dict[str, An
     saved = ckpt.get("world_size", size)
     if not isinstance(ranks, list) or not isinstance(saved, int) or not all(isinstance(r, dict) for r in ranks):
         return {"error": f"{path}: malformed 'ranks' or 'world_size' entries"}, empty
-    if saved != size and any(ranks):
+    if saved != size and any(ranks) and reshard is not None:
+        try:
+            ranks = reshard(ranks, size)
+        except Exception as e:  # noqa: BLE001 - reaches every rank as a CheckpointError
+            return {"error": f"{path}: its per-rank state of {saved} ranks cannot go to {size}: {e}"}, empty
+    elif saved != size and any(ranks):
         return {"error": f"{path} was written by {saved} ranks and holds per-rank state; resume with {saved}"}, empty
     if len(ranks) != size:
         ranks = empty
     return ckpt, ranks
+
+
+def checkpoint_info(path: str | os.PathLike[str], comm: Any = None) -> dict[str, Any]:
+    """``{"state": the shared dict, "world_size": P}`` of the checkpoint at ``path``, read by rank 0 and given to
+    every rank (before the model is built: a resume at another size needs the saved global batch first).
+    Raises ``CheckpointError`` on every rank when rank 0 cannot read it."""
+    comm = get_comm(comm)
+    info = None
+    if comm.Get_rank() == 0:
+        ckpt, _ = _read_on_root(path, comm.Get_size(), reshard=lambda ranks, size: [{}] * size)
+        info = ckpt if "error" in ckpt else {"state": ckpt.get("state", {}), "world_size": ckpt.get("world_size", 1)}
+    info = broadcast_state(info, 0, comm)
+    if "error" in info:
+        from minidl.serialization import CheckpointError
+
+        raise CheckpointError(f"load_checkpoint: {info['error']}")
+    return info

@@ -50,6 +50,7 @@ MODE_FLAGS: tuple[tuple[str, str, Any, tuple[str, ...], str], ...] = (
     ("--micro-batches", "micro_batches", 4, ("pipeline",), "only a pipeline splits batches into micro-batches"),
     ("--pipeline-stages", "pipeline_stages", None, ("pipeline",), "only a pipeline has stages"),
     ("--resume", "resume", None, ("none", "data"), "only these modes write checkpoints a run continues from"),
+    ("--save-every", "save_every", None, ("none", "data"), "only these modes write checkpoints a run continues from"),
     ("--save", "save", None, ("none", "data", "model", "tensor", "pipeline"), "this mode writes no checkpoint"),
 )
 
@@ -114,6 +115,8 @@ def check_paths(args: argparse.Namespace, root: bool = True) -> None:
     save = getattr(args, "save", None)
     if save is not None:
         check_writable(save)
+    if getattr(args, "save_every", None) and save is None:
+        raise UsageError("--save-every needs --save PATH (the scheduled checkpoints are written beside it)")
 
 
 def check_ptb(directory: str) -> None:

@@ -31,6 +31,17 @@ def positive_int(text: str) -> int:
     return int(text)
 
 
+def rank_step(text: str) -> tuple[int, int]:
+    """``RANK:STEP`` (``--inject-failure``): two integers, the rank >= 0 and the step >= 1."""
+    try:
+        rank, step = (int(x) for x in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be RANK:STEP (two integers), got {text!r}") from None
+    if rank < 0 or step < 1:
+        raise argparse.ArgumentTypeError(f"needs a rank >= 0 and a step >= 1, got {text!r}")
+    return rank, step
+
+
 def positive_float(text: str) -> float:
     if not float(text) > 0:
         raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
@@ -54,6 +65,12 @@ FLAGS: dict[str, list[tuple[str, dict[str, Any]]]] = {  # group -> (flag, add_ar
         ("--print-config", {"action": "store_true", "help": "print the settings (preset + flags) and exit"}),
         ("--save", {"metavar": "PATH", "help": "write a checkpoint (.npz) after every epoch and at the end"}),
         ("--resume", {"metavar": "PATH", "help": "continue exactly from a checkpoint written by --save"}),
+        ("--save-every", PINT | {"metavar": "N", "help": "also checkpoint every N steps beside --save (atomic)"}),
+        ("--keep", PINT | {"default": 3, "metavar": "K", "help": "--save-every: keep the newest K (default 3)"}),
+        (
+            "--inject-failure",
+            {"type": rank_step, "metavar": "RANK:STEP", "help": "that rank dies at that step, once per job (tests)"},
+        ),
         ("--quick", {"action": "store_true", "help": "tiny data and model: finishes in seconds (tests)"}),
     ],
     "parallelism (run under mpiexec -n P)": [

@@ -180,6 +180,15 @@ class LMTask(Task):
     def carried_state(self) -> dict[str, np.ndarray]:
         return {} if self.state is None else {"h": self.state[0].data, "c": self.state[1].data}
 
+    def reshard_state(self, states: list[dict[str, Any]], size: int) -> list[dict[str, Any]]:
+        """The LSTM state [layers, B, H] of P ranks' contiguous streams, joined in global stream order and cut
+        into ``size`` equal parts (rank r of Q holds global streams r*G/Q .. (r+1)*G/Q - 1, as ``batchify``)."""
+        if not any(states):
+            return [{} for _ in range(size)]
+        joined = {k: np.concatenate([s[k] for s in states], axis=1) for k in "hc"}
+        parts = {k: np.split(v, size, axis=1) for k, v in joined.items()}
+        return [{k: parts[k][r] for k in "hc"} for r in range(size)]
+
     def restore_state(self, saved: dict[str, np.ndarray]) -> None:
         dtype = minidl.get_default_dtype()
         self.state = tuple(minidl.tensor(saved[k].astype(dtype)) for k in "hc") if saved else None

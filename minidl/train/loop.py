@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from minidl.train import checkpoints
 from minidl.train.progress import Progress, scalars
 from minidl.train.strategies import Position, Strategy
 
@@ -39,9 +40,17 @@ class Task:
     def restore_state(self, saved: dict[str, Any]) -> None:
         pass
 
+    def reshard_state(self, states: list[dict[str, Any]], size: int) -> list[dict[str, Any]]:
+        """P ranks' carried states as ``size`` ranks' (nothing carried: nothing to cut)."""
+        if any(states):
+            raise ValueError(f"{type(self).__name__} cannot cut its carried state over another number of ranks")
+        return [{} for _ in range(size)]
+
 
 def fit(task: Any, strategy: Strategy, args: Any, preset: str) -> dict[str, Any]:
     """Train ``task`` under ``strategy``; returns the run's numbers, scores and final parameters."""
+    if args.resume:
+        strategy.plan_resume(task)  # another rank count: the per-rank batch that keeps the global one
     spe = task.prepare(strategy.shard)  # this rank's share of the data: steps per epoch
     model = task.model()
     n_params = sum(p.data.size for p in model.parameters())
@@ -85,6 +94,7 @@ def train_epochs(task: Any, strategy: Strategy, args: Any, preset: str, pos: Pos
             loss = strategy.train_step(task, batch)
             pos.window, pos.step = pos.window + 1, pos.step + 1
             log.step(pos, batch, loss)
+            after_step(task, strategy, args, preset, pos)
             if pos.step >= log.total:
                 break
         if pos.window < log.spe:
@@ -98,3 +108,16 @@ def train_epochs(task: Any, strategy: Strategy, args: Any, preset: str, pos: Pos
             strategy.checkpoint(task, pos, preset, final=False)
         log.speed.resume()
         strategy.restart_clocks()
+
+
+def after_step(task: Any, strategy: Strategy, args: Any, preset: str, pos: Position) -> None:
+    """``--save-every N``: a checkpoint every N optimizer steps (the newest ``--keep`` kept);
+    ``--inject-failure RANK:STEP``: that rank dies here, as a lost node would (once per job)."""
+    every = getattr(args, "save_every", None)
+    if every and pos.step % every == 0:
+        strategy.checkpoint(task, pos, preset, final=False, path=checkpoints.scheduled_path(args.save, pos.step))
+        if strategy.ctx.rank == 0:
+            checkpoints.prune(args.save, args.keep)
+    failure = getattr(args, "inject_failure", None)
+    if failure and failure == (strategy.ctx.rank, pos.step):
+        checkpoints.die(args.save, strategy.ctx.rank, pos.step)

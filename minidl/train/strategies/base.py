@@ -75,6 +75,7 @@ class Strategy:
     """one process trains the whole model on every batch."""
 
     refuses: tuple[str, ...] = ()  # flags this mode cannot honour (a one-line error names them)
+    resizes = True  # a checkpoint of P ranks resumes at Q ranks (the same global batch, the same data order)
     serves = False  # True on a rank that serves requests instead of running the loop (parameter server)
     evaluates_each_epoch = True
 
@@ -183,21 +184,57 @@ class Strategy:
         return [f"checkpoint: {self.args.save}"] if self.args.save else []
 
     # -- checkpoints: the model, optimizer, position and each rank's carried state (LSTM state, RNG)
-    def checkpoint(self, task: Any, pos: Position, preset: str, final: bool) -> None:
+    def checkpoint(self, task: Any, pos: Position, preset: str, final: bool, path: str | None = None) -> None:
+        """Write the model, optimizer and the global position: epoch, window, step and the examples (LM: streams x
+        windows) consumed, in units of the global batch (``settings``), so another rank count can resume it."""
         rank_state = {**task.carried_state(), "rng": dist.rng_state(minidl.default_generator())}
         state = {"epoch": pos.epoch, "window": pos.window, "step": pos.step, "preset": preset}
         state["settings"] = position_units(task.cfg, self.ctx.size)  # what the position counts in
-        dist.save_checkpoint(self.args.save, self.model, self.base, None, state, rank_state, comm=self.ctx.comm)
+        state["examples"] = pos.step * state["settings"]["global_batch"]
+        path = path or self.args.save
+        dist.save_checkpoint(path, self.model, self.base, None, state, rank_state, comm=self.ctx.comm)
+
+    def plan_resume(self, task: Any) -> None:
+        """Before the data is cut: a checkpoint of P ranks resumed at Q keeps its global batch G, each rank now
+        taking G / Q of it (the LM's streams, the CNN's examples), so the data order goes on unchanged."""
+        path, size = self.args.resume, self.ctx.size
+        info = dist.checkpoint_info(path, comm=self.ctx.comm)
+        saved, global_batch = info["world_size"], info["state"].get("settings", {}).get("global_batch")
+        if saved == size or global_batch is None or global_batch == task.cfg.batch_size * size:
+            return
+        if not self.resizes:
+            raise ValueError(
+                f"--resume {path}: written by {saved} ranks; --parallel {self.args.parallel} resumes only at that size"
+            )
+        if global_batch % size or (self.args.batch_size and self.args.batch_size * size != global_batch):
+            raise ValueError(
+                f"--resume {path}: the checkpoint's global batch of {global_batch} ({saved} ranks) cannot be split "
+                f"into {size} equal per-rank batches{' of --batch-size ' + str(self.args.batch_size) if self.args.batch_size else ''}"
+            )
+        task.cfg = task.cfg.with_(batch_size=global_batch // size)
+        self.ctx.log(
+            f"resuming a {saved}-rank checkpoint at {size} ranks: {global_batch // size} per rank keeps the global batch {global_batch}"
+        )
+
+    def reshard(self, task: Any, states: list[dict[str, Any]], size: int) -> list[dict[str, Any]]:
+        """Rank 0, resuming P ranks' states at ``size``: the task's carried state cut again; rank r keeps saved
+        rank r's random stream where there was one (dropout masks after a resize are not the uninterrupted run's)."""
+        carried = task.reshard_state([{k: v for k, v in s.items() if k != "rng"} for s in states], size)
+        rngs = [s.get("rng") for s in states]
+        return [{**carried[r], **({"rng": rngs[r]} if r < len(rngs) else {})} for r in range(size)]
 
     def resume(self, task: Any, preset: str) -> Position:
         path = self.args.resume
-        state, mine = dist.load_checkpoint(path, self.model, self.base, None, comm=self.ctx.comm)
+        state, mine = dist.load_checkpoint(
+            path, self.model, self.base, None, comm=self.ctx.comm, reshard=lambda st, n: self.reshard(task, st, n)
+        )
         if state.get("preset", preset) != preset:
             raise ValueError(
                 f"--resume {path}: the checkpoint was written with --preset {state['preset']}, this run has --preset {preset}"
             )
         check_resume_settings(path, state.get("settings", {}), position_units(task.cfg, self.ctx.size))
-        dist.set_rng_state(minidl.default_generator(), mine.pop("rng"))
+        if "rng" in mine:  # (a rank added by a resize keeps the stream reseed_per_rank gave it)
+            dist.set_rng_state(minidl.default_generator(), mine.pop("rng"))
         pos = Position(int(state["epoch"]), int(state["window"]), int(state["step"]))
         task.restore_state(mine if pos.window else {})
         return pos

@@ -106,7 +106,7 @@ class ModelParallel(Strategy):
             return None
         return {f"{self.names[int(k.split('.', 1)[0])]}.{k.split('.', 1)[1]}": v for k, v in state.items()}
 
-    def checkpoint(self, task: Any, pos: Any, preset: str, final: bool) -> None:
+    def checkpoint(self, task: Any, pos: Any, preset: str, final: bool, path: str | None = None) -> None:
         """Only the dense parameters, at the end (``report``)."""
 
     def report(self, result: dict[str, Any]) -> list[str]:

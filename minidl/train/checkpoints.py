@@ -1,0 +1,73 @@
+"""Checkpoints on a schedule (``--save-every N --keep K``), found again by the elastic launcher.
+
+``--save PATH`` names the run's checkpoint (written after every epoch and at the end). With
+``--save-every N`` the run also writes one every N optimizer steps beside it, named by the step::
+
+    runs/lm.npz                      (--save: epochs' ends and the end)
+    runs/lm.step00000040.npz         (--save-every 20 --keep 2: the last two scheduled ones)
+    runs/lm.step00000060.npz
+
+Each is written atomically (``minidl.save``: a temporary file, fsync, ``os.replace``), so a rank killed
+while writing leaves the previous checkpoint whole. Only the newest ``K`` scheduled ones are kept.
+``latest(PATH)`` is the newest scheduled checkpoint (what ``python -m minidl.launch`` resumes from).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import sys
+
+
+def _stem(save: str) -> str:
+    return save[:-4] if save.endswith(".npz") else save
+
+
+def scheduled_path(save: str, step: int) -> str:
+    """The scheduled checkpoint of step ``step`` beside ``--save``'s file."""
+    return f"{_stem(save)}.step{step:08d}.npz"
+
+
+def scheduled(save: str) -> list[tuple[int, str]]:
+    """The scheduled checkpoints beside ``save``, as (step, path), oldest first."""
+    pattern = re.compile(re.escape(os.path.basename(_stem(save))) + r"\.step(\d{8})\.npz$")
+    found = []
+    for path in glob.glob(glob.escape(_stem(save)) + ".step*.npz"):
+        m = pattern.match(os.path.basename(path))
+        if m:
+            found.append((int(m.group(1)), path))
+    return sorted(found)
+
+
+def latest(save: str) -> str | None:
+    """The newest scheduled checkpoint beside ``save`` (None if there is none)."""
+    found = scheduled(save)
+    return found[-1][1] if found else None
+
+
+def prune(save: str, keep: int) -> list[str]:
+    """Remove all but the newest ``keep`` scheduled checkpoints; returns the removed paths."""
+    found = scheduled(save)
+    gone = [path for _, path in found[: max(len(found) - keep, 0)]]
+    for path in gone:
+        os.remove(path)
+    return gone
+
+
+def failure_marker(save: str) -> str:
+    """The file that records that ``--inject-failure`` has fired for this job (a restart must not fail again)."""
+    return f"{_stem(save)}.failure-injected"
+
+
+def die(save: str | None, rank: int, step: int) -> None:
+    """Exit at once with status 1, without MPI's or Python's clean-up (no finalize, no ``finally``), as a node
+    that is lost would; first leave the marker beside the checkpoints so the restarted job runs through."""
+    marker = failure_marker(save) if save else None
+    if marker is not None and os.path.exists(marker):
+        return
+    if marker is not None:
+        with open(marker, "w") as f:
+            f.write(f"rank {rank} failed at step {step}\n")
+    print(f"[rank {rank}] --inject-failure: exiting abruptly at step {step}", file=sys.stderr, flush=True)
+    os._exit(1)
