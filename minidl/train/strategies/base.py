@@ -191,6 +191,7 @@ class Strategy:
         state = {"epoch": pos.epoch, "window": pos.window, "step": pos.step, "preset": preset}
         state["settings"] = position_units(task.cfg, self.ctx.size)  # what the position counts in
         state["examples"] = pos.step * state["settings"]["global_batch"]
+        state["config"] = {k: v for k, v in task.cfg.as_dict().items() if isinstance(v, (int, float, str, bool))}
         path = path or self.args.save
         dist.save_checkpoint(path, self.model, self.base, None, state, rank_state, comm=self.ctx.comm)
 
@@ -200,13 +201,15 @@ class Strategy:
         path, size = self.args.resume, self.ctx.size
         info = dist.checkpoint_info(path, comm=self.ctx.comm)
         saved, global_batch = info["world_size"], info["state"].get("settings", {}).get("global_batch")
-        if saved == size or global_batch is None or global_batch == task.cfg.batch_size * size:
+        if saved == size or global_batch is None:
             return
         if not self.resizes:
             raise ValueError(
                 f"--resume {path}: written by {saved} ranks; --parallel {self.args.parallel} resumes only at that size"
             )
-        if global_batch % size or (self.args.batch_size and self.args.batch_size * size != global_batch):
+        if global_batch == task.cfg.batch_size * size:
+            pass  # this run's per-rank batch already keeps the global one
+        elif global_batch % size or (self.args.batch_size and self.args.batch_size * size != global_batch):
             raise ValueError(
                 f"--resume {path}: the checkpoint's global batch of {global_batch} ({saved} ranks) cannot be split "
                 f"into {size} equal per-rank batches{' of --batch-size ' + str(self.args.batch_size) if self.args.batch_size else ''}"
