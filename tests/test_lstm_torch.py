@@ -180,3 +180,17 @@ def test_bidirectional_weights_load_from_torch(rng):
     x = rng.standard_normal((4, 2, 3)).astype(np.float32)
     out, _ = lstm(minidl.tensor(x))
     np.testing.assert_allclose(out.data, tlstm(torch.from_numpy(x))[0].detach().numpy(), atol=1e-6)
+
+
+def test_lstmcell_unbatched_and_dtype_match_torch(rng):
+    cell = nn.LSTMCell(4, 3, dtype=np.float64)
+    assert all(p.dtype == np.float64 for p in cell.parameters())
+    tcell = torch.nn.LSTMCell(4, 3, dtype=torch.float64)
+    tcell.load_state_dict(_to_torch_state(cell), strict=True)
+    x, h, c = rng.standard_normal(4), rng.standard_normal(3), rng.standard_normal(3)
+    ours = cell(minidl.tensor(x), (minidl.tensor(h), minidl.tensor(c)))
+    theirs = tcell(torch.tensor(x), (torch.tensor(h), torch.tensor(c)))
+    for a, b in zip(ours, theirs):
+        assert a.shape == (3,)
+        np.testing.assert_allclose(a.data, b.detach().numpy(), atol=1e-12)
+    assert nn.LSTM(2, 3, dtype=np.float64).weight_ih_l0.dtype == np.float64

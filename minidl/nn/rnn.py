@@ -29,8 +29,8 @@ from minidl.ops.shape import Concatenate, Stack
 from minidl.tensor import Tensor, get_default_dtype, tensor
 
 
-def _uniform(shape: tuple[int, ...], bound: float) -> Parameter:
-    p = Parameter(np.empty(shape, get_default_dtype()))
+def _uniform(shape: tuple[int, ...], bound: float, dtype=None) -> Parameter:
+    p = Parameter(np.empty(shape, dtype or get_default_dtype()))
     uniform_(p, -bound, bound)
     return p
 
@@ -77,28 +77,32 @@ def lstm_cell(
 
 
 class LSTMCell(Module):
-    """One LSTM step: ``h', c' = cell(x, (h, c))`` with x [B, I] and h, c [B, H].
+    """One LSTM step: ``h', c' = cell(x, (h, c))`` with x [B, I] and h, c [B, H] (or unbatched x [I], h, c [H]).
 
     Parameters (PyTorch's names and layouts): weight_ih [4H, I], weight_hh [4H, H], bias_ih [4H],
     bias_hh [4H], initialized uniform(-1/sqrt(H), 1/sqrt(H)) as PyTorch does. A missing state is zeros.
     """
 
-    def __init__(self, input_size: int, hidden_size: int, bias: bool = True):
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, dtype=None):
         super().__init__()
-        if input_size <= 0 or hidden_size <= 0:
-            raise ValueError(
-                f"LSTMCell: sizes must be positive, got input_size={input_size}, hidden_size={hidden_size}"
-            )
+        _check_options("LSTMCell", 0.0, input_size=input_size, hidden_size=hidden_size)
         self.input_size, self.hidden_size, self.bias = input_size, hidden_size, bias
         k = 1.0 / math.sqrt(hidden_size)
-        self.weight_ih = _uniform((4 * hidden_size, input_size), k)
-        self.weight_hh = _uniform((4 * hidden_size, hidden_size), k)
-        self.bias_ih = _uniform((4 * hidden_size,), k) if bias else None
-        self.bias_hh = _uniform((4 * hidden_size,), k) if bias else None
+        self.weight_ih = _uniform((4 * hidden_size, input_size), k, dtype)
+        self.weight_hh = _uniform((4 * hidden_size, hidden_size), k, dtype)
+        self.bias_ih = _uniform((4 * hidden_size,), k, dtype) if bias else None
+        self.bias_hh = _uniform((4 * hidden_size,), k, dtype) if bias else None
 
     def forward(self, x: Tensor, state: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
-        if x.ndim != 2 or x.shape[1] != self.input_size:
-            raise ValueError(f"LSTMCell: input must be [B, {self.input_size}], got shape {x.shape}")
+        x = x if isinstance(x, Tensor) else tensor(x)
+        if x.ndim not in (1, 2) or x.shape[-1] != self.input_size:
+            raise ValueError(
+                f"LSTMCell: input must be [B, {self.input_size}] or [{self.input_size}], got shape {x.shape}"
+            )
+        if x.ndim == 1:  # unbatched: a batch of one
+            state = None if state is None else tuple(_as_row(s) for s in state)
+            h, c = self.forward(x.reshape(1, self.input_size), state)
+            return h.reshape(self.hidden_size), c.reshape(self.hidden_size)
         B, H = x.shape[0], self.hidden_size
         if state is None:
             zeros = np.zeros((B, H), x.dtype)
@@ -132,6 +136,7 @@ class LSTMLayer(Module):
         index: int = 0,
         dropout: float = 0.0,
         bidirectional: bool = False,
+        dtype=None,
     ):
         super().__init__()
         _check_options("LSTMLayer", dropout, input_size=input_size, hidden_size=hidden_size)
@@ -146,7 +151,7 @@ class LSTMLayer(Module):
         self.names = [[f"{n}_l{index}{suffix}" for n in kinds] for suffix in ("", "_reverse")[: self.num_directions]]
         for names in self.names:
             for name, shape in zip(names, shapes):
-                setattr(self, name, _uniform(shape, k))
+                setattr(self, name, _uniform(shape, k, dtype))
 
     def layer_parameters(self, direction: int = 0) -> list[Parameter]:
         """[weight_ih, weight_hh(, bias_ih, bias_hh)] of a direction (1: reverse): the fused kernel's arguments."""
@@ -210,6 +215,7 @@ class LSTM(Module):
         dropout: float = 0.0,
         bidirectional: bool = False,
         proj_size: int = 0,
+        dtype=None,
     ):
         super().__init__()
         _check_options("LSTM", dropout, input_size=input_size, hidden_size=hidden_size, num_layers=num_layers)
@@ -228,6 +234,7 @@ class LSTM(Module):
                 k,
                 dropout if k > 0 else 0.0,
                 bidirectional,
+                dtype,
             )
             for k in range(num_layers)
         ]
@@ -254,7 +261,7 @@ class LSTM(Module):
             )
         if unbatched:  # a batch of one; the state [L*D, H] likewise
             x = x.reshape(x.shape[0], 1, x.shape[1])
-            state = None if state is None else tuple(_unbatched_state(s, self.hidden_size) for s in state)
+            state = None if state is None else tuple(_unbatched_state(s) for s in state)
         elif self.batch_first:
             x = x.transpose(1, 0, 2)
         out, (h, c) = self._run_layers(x, state)
@@ -295,7 +302,13 @@ class LSTM(Module):
         return f"{self.input_size}, {self.hidden_size}{extra}"
 
 
-def _unbatched_state(s, hidden_size: int) -> Tensor:
+def _as_row(s) -> Tensor:
+    """An unbatched cell state [H] as [1, H] (its shape is checked with the batched one's)."""
+    s = s if isinstance(s, Tensor) else tensor(s)
+    return s.reshape(1, s.shape[0]) if s.ndim == 1 else s
+
+
+def _unbatched_state(s) -> Tensor:
     """An unbatched initial state [L*D, H] as [L*D, 1, H] (its shape is checked with the batched one's)."""
     s = s if isinstance(s, Tensor) else tensor(s)
     return s.reshape(s.shape[0], 1, s.shape[1]) if s.ndim == 2 else s
