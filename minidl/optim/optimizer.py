@@ -112,6 +112,11 @@ class Optimizer:
             self._update_group(group)
         return loss
 
+    def finish(self) -> None:
+        """End of training: nothing to do for a local optimizer. The distributed ones share this protocol
+        (``zero_grad()``, ``step(closure=None)``, ``finish()``): ``LocalSGD`` averages a last time, a
+        parameter server's worker says it is done, so a training loop ends every scheme alike."""
+
     @staticmethod
     def params_with_grad(group: dict[str, Any]) -> Iterator[tuple[Tensor, np.ndarray]]:
         """(parameter, gradient) for each parameter of the group whose ``.grad`` is set (its shape checked)."""

@@ -23,7 +23,7 @@ Only the parameters are averaged; optimizer state (momentum buffers) stays local
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -94,8 +94,9 @@ class LocalSGD:
         """Whether the next ``step()`` ends with an averaging."""
         return (self.steps + 1) % self.average_every == 0
 
-    def step(self) -> bool:
-        """One local update; returns True when it was followed by parameter averaging."""
+    def step(self, closure: Callable[[], Any] | None = None) -> bool:
+        """One local update; returns True when it was followed by parameter averaging. (``closure``, for the
+        protocol every optimizer shares, is never needed: a local step does not refuse a gradient.)"""
         self.optimizer.step()
         self.steps += 1
         if self.steps % self.average_every:
@@ -109,6 +110,11 @@ class LocalSGD:
         average_parameters([p for g in self.optimizer.param_groups for p in g["params"]], self.comm, self.algorithm)
         self.comm_seconds += time.perf_counter() - start
         self.averages += 1
+
+    def finish(self) -> None:
+        """End of training: average once more if steps were taken since the last averaging."""
+        if self.steps % self.average_every:
+            self.average()
 
     def __repr__(self) -> str:
         head = f"LocalSGD(average_every={self.average_every}, allreduce={self.algorithm!r})"

@@ -148,6 +148,10 @@ class PSWorker:
             self.pull()
         return True
 
+    def finish(self) -> None:
+        """End of training (the protocol every optimizer shares): ``close()``."""
+        self.close()
+
     def close(self) -> None:
         """Tell every server this worker is done (each server returns from ``serve()`` once all are)."""
         if not self.closed:
