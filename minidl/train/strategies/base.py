@@ -25,6 +25,7 @@ import minidl
 import minidl.distributed as dist
 from minidl import optim
 from minidl.nn.module import Module
+from minidl.train.checks import check_resume_settings, position_units
 
 
 class SingleProcess:
@@ -157,6 +158,7 @@ class Strategy:
     def checkpoint(self, task: Any, pos: Position, preset: str, final: bool) -> None:
         rank_state = {**task.carried_state(), "rng": dist.rng_state(minidl.default_generator())}
         state = {"epoch": pos.epoch, "window": pos.window, "step": pos.step, "preset": preset}
+        state["settings"] = position_units(task.cfg, self.ctx.size)  # what the position counts in
         dist.save_checkpoint(self.args.save, self.model, self.base, None, state, rank_state, comm=self.ctx.comm)
 
     def resume(self, task: Any, preset: str) -> Position:
@@ -166,6 +168,7 @@ class Strategy:
             raise ValueError(
                 f"--resume {path}: the checkpoint was written with --preset {state['preset']}, this run has --preset {preset}"
             )
+        check_resume_settings(path, state.get("settings", {}), position_units(task.cfg, self.ctx.size))
         dist.set_rng_state(minidl.default_generator(), mine.pop("rng"))
         pos = Position(int(state["epoch"]), int(state["window"]), int(state["step"]))
         task.restore_state(mine if pos.window else {})
