@@ -183,11 +183,17 @@ def test_eval_step_is_the_forward_loss_and_leaves_no_gradients():
         stage = split_sequential(make_model(), comm.Get_size(), comm.Get_rank())
         pipe = Pipeline(stage, F.cross_entropy, "1f1b", 4, comm)
         loss = pipe.eval_step(x, y)
-        return loss, [p.grad for p in stage.parameters()], pipe.peak_stashed, len(pipe.events)
+        grads, evaluated = [p.grad for p in stage.parameters()], (pipe.peak_stashed, len(pipe.events))
+        pipe.train_step(x, y)
+        trained = (pipe.peak_stashed, len(pipe.events))
+        pipe.eval_step(x, y)  # the report of the last training step survives an evaluation
+        return loss, grads, evaluated, trained, (pipe.peak_stashed, len(pipe.events))
 
     res = simulate_f64(3, run)
     assert res[2][0] == pytest.approx(want, rel=1e-12) and res[0][0] is None
-    assert all(g is None for r in res for g in r[1]) and all(r[2:] == (0, 4) for r in res)
+    assert all(g is None for r in res for g in r[1]) and all(r[2] == (0, 0) for r in res)
+    assert [r[3] for r in res] == [(3, 8), (2, 8), (1, 8)]  # 1F1B at p = 3: stage s holds p - s, 2m events
+    assert all(r[4] == r[3] for r in res)
 
 
 @pytest.mark.parametrize("sched", SCHEDULES)

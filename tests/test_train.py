@@ -119,9 +119,10 @@ def test_lm_reads_text_file(tmp_path, capsys):
     assert "test perplexity" in capsys.readouterr().out
 
 
-def test_lm_errors_name_the_problem(tmp_path):
-    with pytest.raises(FileNotFoundError, match="ptb.train.txt"):
+def test_lm_errors_name_the_problem(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:  # a usage error: one line before anything is built, status 2
         lm.main(["--data", str(tmp_path), "--quick"])
+    assert exit_.value.code == 2 and "missing ptb.train.txt" in capsys.readouterr().err
     (tmp_path / "tiny.txt").write_text("one two\nthree\nfour five six\n" * 3)
     with pytest.raises(ValueError, match="too short"):
         lm.main(["--text", str(tmp_path / "tiny.txt"), "--quick", "--batch-size", "20"])
@@ -190,6 +191,8 @@ MPIEXEC = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shut
 def test_parallel_failure_aborts_the_job(tmp_path):
     """An error under --parallel data prints with its rank and ends the MPI job (MPI_Abort), never a hang."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    tiny = tmp_path / "tiny.txt"  # found while training (too short for 2 x 20 streams), not by the flag checks
+    tiny.write_text("one two\nthree\nfour five six\n" * 3)
     proc = subprocess.run(
         [
             MPIEXEC,
@@ -201,8 +204,11 @@ def test_parallel_failure_aborts_the_job(tmp_path):
             "lm",
             "--parallel",
             "data",
-            "--data",
-            str(tmp_path / "missing"),
+            "--text",
+            str(tiny),
+            "--quick",
+            "--batch-size",
+            "20",
         ],
         capture_output=True,
         text=True,
@@ -211,7 +217,7 @@ def test_parallel_failure_aborts_the_job(tmp_path):
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out
-    assert "of 2] aborting the job" in out and "PTB directory not found" in out, out
+    assert "of 2] aborting the job" in out and "fewer than the 40 streams" in out, out
 
 
 def test_python_dash_m_runs():
@@ -225,3 +231,59 @@ def test_python_dash_m_runs():
     )
     assert out.returncode == 0, out.stderr
     assert "test perplexity" in out.stdout
+
+
+# ----------------------------------------------------------------------------- logs and settings
+def read_json_lines(path: Path) -> list[dict]:
+    import json
+
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_lm_log_json_has_a_record_per_progress_line_and_evaluation(tmp_path, capsys):
+    path = tmp_path / "log.jsonl"
+    flags = ["--quick", "--batch-size", "50", "--epochs", "2", "--max-steps", "60", "--log-every", "20"]
+    r = lm.main([*flags, "--log-json", str(path)])  # 39 windows per epoch: one evaluation, then a mid-epoch stop
+    out = capsys.readouterr().out
+    records = read_json_lines(path)
+    train = [x for x in records if x["kind"] == "train"]
+    evals = [x for x in records if x["kind"] == "eval"]
+    assert [(x["step"], x["epoch"]) for x in train] == [(20, 1), (40, 2), (60, 2)]  # every 20th step
+    for x in train:
+        assert {"step", "epoch", "loss", "ppl", "lr", "words_per_s", "comp_s", "wait_s", "comm_s"} <= set(x)
+        assert x["ppl"] == pytest.approx(np.exp(x["loss"])) and x["words_per_s"] > 0 and x["comp_s"] is None
+        assert f"loss {x['loss']:.3f} | ppl {x['ppl']:.2f}" in out  # the same numbers as the printed lines
+    assert [(x["split"], x["epoch"]) for x in evals] == [("valid", 1), ("test", 2)]
+    assert evals[0]["ppl"] == pytest.approx(r["history"]["valid"][0][1])
+    assert evals[-1]["ppl"] == pytest.approx(r["test_ppl"]) and [x["lr"] for x in train] == [5.0] * 3
+
+
+def test_cnn_log_json_records_accuracy(tmp_path, capsys):
+    path = tmp_path / "log.jsonl"
+    r = cnn.main(["--quick", "--width", "2", "--max-steps", "6", "--log-every", "3", "--log-json", str(path)])
+    capsys.readouterr()
+    train, test = read_json_lines(path)[:-1], read_json_lines(path)[-1]
+    assert [x["step"] for x in train] == [3, 6] and all(
+        0 <= x["accuracy"] <= 1 and x["images_per_s"] > 0 for x in train
+    )
+    assert test["kind"] == "eval" and test["accuracy"] == pytest.approx(r["accuracy"])
+
+
+def test_print_config_prints_the_preset_with_the_flags_and_trains_nothing(capsys):
+    import json
+
+    settings = lm.main(["--quick", "--lr", "2.5", "--layers", "2", "--print-config"])
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == json.loads(json.dumps(settings))
+    want = lm.PRESETS["quick"].with_(lr=2.5, num_layers=2).as_dict()
+    assert printed["preset"] == "quick" and printed["config"] == want and "params" not in settings
+    done = subprocess.run(
+        [sys.executable, "-m", "minidl.train", "cnn", "--preset", "resnet20", "--depth", "14", "--print-config"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    cfg = json.loads(done.stdout)["config"]
+    assert cfg == {**cnn.PRESETS["resnet20"].as_dict(), "depth": 14}

@@ -7,6 +7,7 @@ the serial run's 10).
 """
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -41,7 +42,9 @@ def run_pipelined(nprocs, flags, path):
     ]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc.stdout, minidl.load(str(path))
+    saved = minidl.load(str(path))  # the dense parameters, as --parallel model|tensor save them
+    assert saved["parallel"] == "pipeline" and saved["steps"] == 3
+    return proc.stdout, saved["model"]
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +63,8 @@ def serial():
 def test_pipelined_lm_program_matches_serial(tmp_path, serial, nprocs, flags):
     out, got = run_pipelined(nprocs, flags, tmp_path / "params.npz")
     assert "measured bubble" in out and "test perplexity" in out
+    peaks = re.search(r"last training step .* micro-batches held per stage \(peak\): \[([\d, ]+)\]", out)
+    assert peaks and min(int(p) for p in peaks.group(1).split(",")) >= 1, out  # from training, not evaluation
     assert set(got) == set(serial)
     for k, v in serial.items():
         np.testing.assert_allclose(got[k], v, rtol=1e-8, atol=1e-12, err_msg=k)

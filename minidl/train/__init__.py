@@ -1,7 +1,13 @@
-"""Training programs: ``python -m minidl.train lm`` and ``python -m minidl.train cnn``.
+"""Training programs: ``python -m minidl.train lm`` and ``python -m minidl.train cnn``, one loop for every mode.
 
-Each is also callable from Python, returning its numbers (``minidl.train.lm.main(["--quick"])`` gives a
-dict with the test perplexity, the corpus optimum, words/s and the final parameters). ``--help`` on
-either lists the presets and flags; ``common.py`` holds what they share (progress lines, ranks,
-checkpoints).
+    __main__.py  the entry point: which task
+    cli.py       its flags, the preset plus overrides (--print-config), the checks, the run
+    loop.py      fit(task, strategy, ...): the one training loop; progress.py: its lines and JSON log
+    strategies/  one class per --parallel mode (serial, data, ps, local-sgd, model, tensor, pipeline),
+                 chosen by name in strategies.STRATEGIES
+    lm.py, cnn.py  the tasks: presets, data, batches (with the LSTM state carried), loss, evaluation, scores
+
+Imports run one way: entry point -> loop -> strategies -> minidl.distributed. Each task is also callable
+from Python, returning its numbers (``minidl.train.lm.main(["--quick"])`` gives a dict with the test
+perplexity, the corpus optimum, words/s and the final parameters).
 """

@@ -1,4 +1,4 @@
-"""``python -m minidl.train {lm,cnn} [flags]``: dispatch to the language-model or the CNN trainer."""
+"""``python -m minidl.train {lm,cnn} [flags]``: the language-model or the CNN task, through the one loop."""
 
 from __future__ import annotations
 
@@ -16,11 +16,9 @@ def main(argv: list[str] | None = None) -> int:
         lines = "\n".join(f"  {name:4s} {what}" for name, what in PROGRAMS.items())
         print(f"usage: python -m minidl.train {{lm,cnn}} [--help] [flags]\n\nprograms:\n{lines}", file=sys.stderr)
         return 0 if argv and argv[0] in ("-h", "--help") else 2
-    if argv[0] == "lm":
-        from minidl.train import lm as program
-    else:
-        from minidl.train import cnn as program
-    program.main(argv[1:])
+    from minidl.train import cnn, lm
+
+    {"lm": lm, "cnn": cnn}[argv[0]].main(argv[1:])
     return 0
 
 

@@ -14,17 +14,15 @@ epochs and is multiplied by ``lr_decay`` every epoch after that.
 
 On the generated corpus (``minidl.data.corpus_gen``: text from a hidden Markov model) the best
 possible perplexity is known exactly, and the final line compares the test perplexity with it.
-
-Data parallel: every rank takes its own B contiguous streams of the P*B-stream batchified corpus
-(``batchify(ids, B, rank, P)``), carries its own LSTM state, and the gradients of its window are
-averaged across ranks before clipping: P ranks with B streams each take the same steps as one
-process with P*B streams.
+Under ``--parallel data`` rank r of P takes its own B contiguous streams of the P*B-stream corpus
+(``batchify(ids, B, r, P)``) and carries its own LSTM state.
 """
 
 from __future__ import annotations
 
 import argparse
-import time
+import itertools
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -36,83 +34,22 @@ from minidl.data.corpus_gen import generated_corpus
 from minidl.data.text import Corpus, batchify, bptt_batches, num_bptt_batches, read_ptb, read_text_file
 from minidl.models.lm import PRESETS as ZAREMBA_PRESETS
 from minidl.models.lm import LMConfig, LSTMLanguageModel
-from minidl.train import common
-from minidl.train.common import Context
+from minidl.train import cli
+from minidl.train.loop import Task
 
-# Zaremba's small/medium/large (vocabulary 10,000 on PTB), plus two sized for this project's
-# generated corpus (755 words, 300k training words, optimal test perplexity ~24.2):
-#   demo  - within 15% of the optimum in a few minutes on one core (and under `make demo`);
-#   quick - seconds, for tests and the tutorials' --quick mode (on the 20k-word "quick" corpus).
+# Zaremba's small/medium/large (vocabulary 10,000 on PTB), plus two sized for the generated corpus
+# (755 words, 300k training words, optimal test perplexity ~24.2): demo - within 15% of the optimum in a
+# few minutes on one core (and under `make demo`); quick - seconds, on the 20k-word "quick" corpus.
+_DEMO = ZAREMBA_PRESETS["small"].with_(num_layers=1, lr=4.0, decay_after=2, epochs=4)
 PRESETS: dict[str, LMConfig] = {
     **ZAREMBA_PRESETS,
-    "demo": LMConfig(
-        hidden_size=200,
-        num_layers=1,
-        num_steps=20,
-        batch_size=20,
-        dropout=0.0,
-        init_scale=0.1,
-        lr=4.0,
-        lr_decay=0.5,
-        decay_after=2,
-        epochs=4,
-        max_grad_norm=5.0,
-    ),
-    "quick": LMConfig(
-        hidden_size=64,
-        num_layers=1,
-        num_steps=10,
-        batch_size=10,
-        dropout=0.0,
-        init_scale=0.1,
-        lr=5.0,
-        lr_decay=0.5,
-        decay_after=2,
-        epochs=3,
-        max_grad_norm=5.0,
-    ),
+    "demo": _DEMO,
+    "quick": _DEMO.with_(hidden_size=64, num_steps=10, batch_size=10, lr=5.0, epochs=3),
 }
-# Which generated corpus (minidl.data.corpus_gen.CONFIGS) a preset trains on when no --data/--text is given.
-GENERATED_CORPUS = {"quick": "quick"}
-
-OVERRIDES = {
-    "epochs": "epochs",
-    "lr": "lr",
-    "batch_size": "batch_size",
-    "num_steps": "num_steps",
-    "hidden_size": "hidden_size",
-    "layers": "num_layers",
-    "dropout": "dropout",
+GENERATED_CORPUS = {"quick": "quick"}  # the generated corpus a preset trains on without --data/--text
+OVERRIDES = {f: f for f in ("epochs", "lr", "batch_size", "num_steps", "hidden_size", "dropout")} | {
+    "layers": "num_layers"
 }
-
-
-def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    parser = parser or argparse.ArgumentParser(prog="python -m minidl.train lm", description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "--preset", choices=sorted(PRESETS), default=None, help="model and schedule (default: demo; quick with --quick)"
-    )
-    source = parser.add_mutually_exclusive_group()
-    source.add_argument("--data", metavar="DIR", help="a directory with ptb.train.txt, ptb.valid.txt, ptb.test.txt")
-    source.add_argument("--text", metavar="FILE", help="any UTF-8 text file (split 80/10/10 by position)")
-    parser.add_argument(
-        "--corpus", choices=("quick", "default", "large"), help="size of the generated corpus (default: the preset's)"
-    )
-    model = parser.add_argument_group("model and schedule (override the preset)")
-    model.add_argument("--num-steps", type=common.positive_int, help="BPTT window T (words)")
-    model.add_argument("--hidden-size", type=common.positive_int)
-    model.add_argument("--layers", type=common.positive_int)
-    model.add_argument("--dropout", type=float)
-    model.add_argument(
-        "--eval-batch-size", type=common.positive_int, default=10, help="streams per rank when evaluating (default 10)"
-    )
-    common.add_common_arguments(parser, modes=("none", "data", "model", "tensor", "pipeline", "ps", "local-sgd"))
-    # (these modules import this one, hence the late imports)
-    from minidl.train.pipeline import add_arguments as add_pipeline_arguments
-    from minidl.train.schemes import add_arguments as add_scheme_arguments
-
-    add_pipeline_arguments(parser)
-    add_scheme_arguments(parser)
-    return parser
 
 
 def load_corpus(args: argparse.Namespace, preset: str) -> Corpus:
@@ -123,174 +60,135 @@ def load_corpus(args: argparse.Namespace, preset: str) -> Corpus:
     return generated_corpus(args.corpus or GENERATED_CORPUS.get(preset, "default"), seed=0)
 
 
-def progress_line(epoch: int, window: int, steps_per_epoch: int, lr: float, mean_loss: float) -> str:
-    """The start of a training progress line: where we are, the learning rate, loss and perplexity."""
-    return (
-        f"epoch {epoch} step {window}/{steps_per_epoch} | lr {lr:.3g} | loss {mean_loss:.3f} | "
-        f"ppl {np.exp(mean_loss):.2f}"
-    )
+class LMTask(Task):
+    """Train the LSTM language model on a corpus (generated, PTB or any text)."""
 
+    name, unit, modes = "lm", "words", ("data", "model", "tensor", "pipeline", "ps", "local-sgd")
+    PRESETS, OVERRIDES, lines_per_epoch, epoch_split, evaluates_last_epoch = PRESETS, OVERRIDES, 10, "valid", True
+    history_keys = ("ppl",)
 
-def score_line(result: dict[str, Any], corpus: Corpus) -> str:
-    """ "test perplexity X | corpus optimum Y (gap Z%) | unigram U", adding optimal_ppl, unigram_ppl and gap to
-    ``result`` when the corpus was generated (its true model is known); every --parallel mode reports this way."""
-    line = f"test perplexity {result['test_ppl']:.2f}"
-    if corpus.model is not None:
-        result["optimal_ppl"] = corpus.optimal_perplexity("test")
-        result["unigram_ppl"] = corpus.unigram_perplexity("test")
-        result["gap"] = result["test_ppl"] / result["optimal_ppl"] - 1.0
-        line += (
-            f" | corpus optimum {result['optimal_ppl']:.2f} (gap {100 * result['gap']:+.1f}%)"
-            f" | unigram {result['unigram_ppl']:.1f}"
-        )
-    return line
+    @staticmethod
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        source = parser.add_mutually_exclusive_group()
+        source.add_argument("--data", metavar="DIR", help="a directory with ptb.train.txt, ptb.valid.txt, ptb.test.txt")
+        source.add_argument("--text", metavar="FILE", help="any UTF-8 text file (split 80/10/10 by position)")
+        parser.add_argument("--corpus", choices=("quick", "default", "large"), help="size of the generated corpus")
+        model = parser.add_argument_group("model and schedule (override the preset)")
+        model.add_argument("--num-steps", type=cli.positive_int, help="BPTT window T (words)")
+        model.add_argument("--hidden-size", type=cli.positive_int)
+        model.add_argument("--layers", type=cli.positive_int)
+        model.add_argument("--dropout", type=float)
+        model.add_argument("--eval-batch-size", type=cli.positive_int, default=10, help="streams per rank, evaluating")
 
+    def __init__(self, args: argparse.Namespace, cfg: LMConfig, preset: str):
+        self.args, self.cfg, self.max_grad_norm = args, cfg, cfg.max_grad_norm
+        self.corpus = load_corpus(args, preset)
+        self.state: Any = None  # the LSTM state carried from window to window
 
-def evaluate(ctx: Context, model: LSTMLanguageModel, ids: np.ndarray, batch_size: int, num_steps: int) -> float:
-    """Mean cross-entropy (nats/word) over ``ids``, each rank scoring its own streams; summed over ranks."""
-    data = batchify(ids, batch_size, ctx.rank, ctx.size)
-    model.eval()
-    total, words = 0.0, 0
-    with minidl.no_grad():
-        state = model.init_hidden(batch_size)
-        for x, y in bptt_batches(data, num_steps, drop_last=False):
-            logits, state = model(x, state)
-            total += float(F.cross_entropy(logits, y.reshape(-1), reduction="sum").data)
-            words += y.size
-    model.train()
-    total, words = ctx.sum([total, words])
-    return total / words
+    def prepare(self, shard: tuple[int, int]) -> int:
+        """This rank's streams of the training split; returns the windows per epoch."""
+        B, T = self.cfg.batch_size, self.cfg.num_steps
+        self.train = batchify(self.corpus.train, B, *shard)
+        if num_bptt_batches(self.train.shape[0], T) == 0:
+            n = self.corpus.train.size
+            raise ValueError(
+                f"the training split ({n} words) is too short for {shard[1] * B} streams of windows of {T} words"
+            )
+        return num_bptt_batches(self.train.shape[0], T)
 
-
-def train(ctx: Context, args: argparse.Namespace, preset: str, cfg: LMConfig) -> dict[str, Any]:
-    program = common.split_program(ctx.mode, "lm")  # model, tensor, ps, local-sgd
-    if program is not None:
-        return program(ctx, args, preset, cfg)
-    corpus = load_corpus(args, preset)
-    if ctx.mode == "pipeline":  # layer pipelining, GPipe or 1F1B: minidl/train/pipeline.py
-        from minidl.train.pipeline import run_lm
-
-        if args.resume:
-            raise ValueError("--resume is not supported with --parallel pipeline")
-        return run_lm(args, ctx, cfg, corpus, preset)
-    B, T = cfg.batch_size, cfg.num_steps
-    train_data = batchify(corpus.train, B, ctx.rank, ctx.size)  # [time, B]: this rank's streams
-    steps_per_epoch = num_bptt_batches(train_data.shape[0], T)
-    if steps_per_epoch == 0:
-        raise ValueError(
-            f"the training split ({corpus.train.size} words) is too short for {ctx.size * B} streams "
-            f"of windows of {T} words"
+    def model(self) -> LSTMLanguageModel:
+        c = self.cfg
+        return LSTMLanguageModel(
+            len(self.corpus.vocab), c.hidden_size, c.num_layers, c.dropout, init_scale=c.init_scale
         )
 
-    model = LSTMLanguageModel(
-        len(corpus.vocab), cfg.hidden_size, cfg.num_layers, cfg.dropout, init_scale=cfg.init_scale
-    )
-    common.start_replicas(ctx, model, args.seed)
-    params = list(model.parameters())
-    opt = common.wrap_optimizer(ctx, optim.SGD(params, lr=cfg.lr), args)
+    def optimizer(self, params: list) -> optim.Optimizer:
+        return optim.SGD(params, lr=self.cfg.lr)
 
-    epoch, window, step = 1, 0, 0
-    state = model.init_hidden(B)
-    if args.resume:
-        saved, mine = common.load_checkpoint(ctx, args.resume, model, opt, preset=preset)
-        epoch, window, step = int(saved["epoch"]), int(saved["window"]), int(saved["step"])
-        if window and "h" in mine:
-            state = (minidl.tensor(mine["h"].astype(params[0].dtype)), minidl.tensor(mine["c"].astype(params[0].dtype)))
-    max_steps = args.max_steps or cfg.epochs * steps_per_epoch
-    n_params = sum(p.data.size for p in params)
-    common.print_header(
-        ctx,
-        f"LSTM language model, preset {preset!r}: {cfg.num_layers} x {cfg.hidden_size} LSTM, "
-        f"{n_params:,} parameters ({args.dtype})",
-        [
-            f"corpus {corpus.name}: vocabulary {len(corpus.vocab):,}, train {corpus.train.size:,} words",
-            f"B={B} streams/rank x T={T} steps, {steps_per_epoch} steps/epoch; SGD lr {cfg.lr} (x{cfg.lr_decay:.3g} "
-            f"per epoch after {cfg.decay_after}), clip {cfg.max_grad_norm}, dropout {cfg.dropout}, {cfg.epochs} epochs"
-            + (f", at most {max_steps} steps" if args.max_steps else ""),
-        ]
-        + ([f"resumed from {args.resume}: epoch {epoch}, step {step}"] if args.resume else []),
-    )
+    def lr(self, step: int, per_epoch: int) -> float:
+        return self.cfg.lr_at(1 + step // per_epoch)
 
-    log_every = args.log_every or max(1, steps_per_epoch // 10)
-    speed = common.Throughput("words", ctx.size, args.baseline_wps)
-    split = common.TimingWindow(opt)
-    loss_sum, loss_words = 0.0, 0
-    started = time.perf_counter()
-    valid_ppl = float("nan")
-    history: dict[str, list] = {"train": [], "valid": []}  # (step, train ppl), (epoch, valid ppl)
+    def batches(self, epoch: int, start: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """The epoch's windows from ``start`` on; a new epoch starts from zero states."""
+        self.state = self.state if start else None
+        return itertools.islice(bptt_batches(self.train, self.cfg.num_steps), start, None)
 
-    saved_at = step if args.resume else -1
+    def forward(self, net: Any, batch: tuple, again: bool = False) -> Any:
+        """Logits of a window from the carried state (``again``: once more from the window's start state)."""
+        if not again:
+            self.start = None if self.state is None else tuple(s.detach() for s in self.state)
+        out, state = net(batch[0], self.start)
+        self.state = self.state if again else state
+        return out
 
-    def checkpoint() -> None:
-        nonlocal saved_at
-        saved_at = step
-        rank_state = {"h": state[0].data, "c": state[1].data}
-        common.save_checkpoint(
-            ctx, args.save, model, opt, {"epoch": epoch, "window": window, "step": step, "preset": preset}, rank_state
+    def criterion(self, out: Any, batch: tuple) -> Any:
+        return F.cross_entropy(out, batch[1].reshape(-1))
+
+    def tally(self, loss: float, batch: tuple) -> np.ndarray:
+        return np.array([loss * batch[1].size, batch[1].size])
+
+    def train_record(self, sums: np.ndarray) -> dict[str, float]:
+        return {"loss": float(sums[0] / max(sums[1], 1)), "ppl": float(np.exp(sums[0] / max(sums[1], 1)))}
+
+    def progress_text(self, r: dict[str, Any], pos: Any, spe: int) -> str:
+        return (
+            f"epoch {pos.epoch} step {pos.window}/{spe} | lr {r['lr']:.3g} | loss {r['loss']:.3f} | ppl {r['ppl']:.2f}"
         )
 
-    while epoch <= cfg.epochs and step < max_steps:
-        common.set_lr(opt, cfg.lr_at(epoch))
-        model.train()
-        for i, (x, y) in enumerate(bptt_batches(train_data, T)):
-            if i < window:
-                continue  # a resumed run skips the windows it already trained on
-            state = model.detach_state(state)
-            logits, state = model(x, state)
-            loss = F.cross_entropy(logits, y.reshape(-1))
-            opt.zero_grad()
-            loss.backward()
-            common.synchronize(opt)  # average across ranks before clipping the global norm
-            optim.clip_grad_norm(params, cfg.max_grad_norm)
-            opt.step()
-            window, step = i + 1, step + 1
-            loss_sum, loss_words = loss_sum + float(loss.data) * y.size, loss_words + y.size
-            speed.add(y.size)
-            if step % log_every == 0 or step == max_steps:
-                rate = speed.take()
-                total, words = ctx.sum([loss_sum, loss_words])
-                ctx.log(
-                    progress_line(epoch, window, steps_per_epoch, cfg.lr_at(epoch), total / words)
-                    + f" | {rate}{split.take()}"
-                )
-                history["train"].append((step, float(np.exp(total / words))))
-                loss_sum, loss_words = 0.0, 0
-            if step >= max_steps:
-                break
-        if window < steps_per_epoch:
-            break  # stopped by --max-steps mid-epoch
-        speed.pause()
-        valid_ppl = float(np.exp(evaluate(ctx, model, corpus.valid, args.eval_batch_size, T)))
-        history["valid"].append((epoch, valid_ppl))
-        elapsed = common.format_duration(time.perf_counter() - started)
-        ctx.log(f"epoch {epoch} done | valid ppl {valid_ppl:.2f} | {elapsed} elapsed")
-        epoch, window, state = epoch + 1, 0, model.init_hidden(B)
-        if args.save:
-            checkpoint()
-        common.restart_clocks(opt, speed)
+    def evaluate(self, strategy: Any, split: str) -> dict[str, float]:
+        """Mean cross-entropy (nats/word) and perplexity of ``split``; each rank its share of the streams."""
+        streams = max(self.args.eval_batch_size, strategy.min_streams)
+        data = batchify(getattr(self.corpus, split), streams, *strategy.eval_share)
+        carried, self.state, total, words = self.state, None, 0.0, 0.0
+        strategy.net.eval()
+        with minidl.no_grad():
+            for x, y in bptt_batches(data, self.cfg.num_steps, drop_last=False):
+                _, loss = strategy.eval_loss(self, (x, y))
+                if loss is not None and strategy.reports:
+                    total, words = total + float(getattr(loss, "data", loss)) * y.size, words + y.size
+        strategy.net.train()
+        self.state = carried
+        total, words = strategy.ctx.sum([total, words])
+        return {f"{split}_loss": float(total / words), f"{split}_ppl": float(np.exp(total / words))}
 
-    speed.pause()
-    if args.save and saved_at != step:
-        checkpoint()
-    elapsed = time.perf_counter() - started
-    test_loss = evaluate(ctx, model, corpus.test, args.eval_batch_size, T)
-    result: dict[str, Any] = {
-        "preset": preset,
-        "steps": step,
-        "epoch": epoch,
-        "test_ppl": float(np.exp(test_loss)),
-        "valid_ppl": valid_ppl,
-        "seconds": elapsed,
-        "words_per_s": speed.overall(),
-        "ranks": ctx.size,
-        "history": history,
-        "params": common.snapshot(model),
-    }
-    line = score_line(result, corpus)
-    common.print_footer(ctx, opt, args, line, step, elapsed, speed)
-    return result
+    def eval_text(self, split: str, scores: dict[str, Any]) -> tuple[float, str]:
+        """The number the history keeps, and the text of an evaluation."""
+        return scores[f"{split}_ppl"], f"{split} ppl {scores[f'{split}_ppl']:.2f}"
+
+    def score_line(self, result: dict[str, Any]) -> str:
+        """ "test perplexity X | corpus optimum Y (gap Z%) | unigram U"; the optimum and unigram perplexities
+        (added to ``result``) only where the corpus was generated, its true model known."""
+        line, c = f"test perplexity {result['test_ppl']:.2f}", self.corpus
+        if c.model is not None:
+            result |= {"optimal_ppl": c.optimal_perplexity("test"), "unigram_ppl": c.unigram_perplexity("test")}
+            result["gap"] = result["test_ppl"] / result["optimal_ppl"] - 1.0
+            line += f" | corpus optimum {result['optimal_ppl']:.2f} (gap {100 * result['gap']:+.1f}%)"
+            line += f" | unigram {result['unigram_ppl']:.1f}"
+        return line
+
+    def header(self, preset: str, n_params: int, spe: int, max_steps: int | None) -> tuple[str, list[str]]:
+        c, corpus, most = self.cfg, self.corpus, f", at most {max_steps} steps" if max_steps else ""
+        return (
+            f"LSTM language model, preset {preset!r}: {c.num_layers} x {c.hidden_size} LSTM, {n_params:,} parameters ({self.args.dtype})",
+            [
+                f"corpus {corpus.name}: vocabulary {len(corpus.vocab):,}, train {corpus.train.size:,} words",
+                f"B={c.batch_size} streams/rank x T={c.num_steps} steps, {spe} steps/epoch; SGD lr {c.lr} (x{c.lr_decay:.3g} "
+                f"per epoch after {c.decay_after}), clip {c.max_grad_norm}, dropout {c.dropout}, {c.epochs} epochs{most}",
+            ],
+        )
+
+    def carried_state(self) -> dict[str, np.ndarray]:
+        return {} if self.state is None else {"h": self.state[0].data, "c": self.state[1].data}
+
+    def restore_state(self, saved: dict[str, np.ndarray]) -> None:
+        dtype = minidl.get_default_dtype()
+        self.state = tuple(minidl.tensor(saved[k].astype(dtype)) for k in "hc") if saved else None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    return cli.build_parser(LMTask)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """Parse ``argv`` (the flags after ``lm``/``cnn``), train, and return the run's numbers and final parameters."""
-    return common.run_program(build_parser().parse_args(argv), train, PRESETS, OVERRIDES)
+    """Parse ``argv`` (the flags after ``lm``), train, and return the run's numbers and final parameters."""
+    return cli.run(LMTask, argv)

@@ -52,6 +52,7 @@ from collectives.common import block_bounds
 from minidl.distributed.comm import get_comm
 from minidl.distributed.data_parallel.fusion import Bucket, pack, plan_buckets
 from minidl.distributed.data_parallel.timing import StepTimings
+from minidl.distributed.fingerprint import check_layout, optimizer_rows, parameter_rows
 from minidl.nn.module import Module, Parameter
 from minidl.optim.optimizer import Optimizer
 from minidl.tensor import Tensor
@@ -85,8 +86,13 @@ class ZeroOptimizer:
         self.params = [p for g in optimizer.param_groups for p in g["params"]]
         if len({p.data.dtype for p in self.params}) != 1:
             raise ValueError("not supported: ZeRO over parameters of several dtypes (one flat vector per dtype)")
-        # The packed layout of DistributedOptimizer's single fusion bucket: gradients, then presence flags.
-        (self.bucket,) = plan_buckets(self.params, fusion_bytes=2**62)
+        # same parameters (names when module is given), optimizer and stage on every rank, before any sharding
+        names = {id(p): n for n, p in module.named_parameters()} if module is not None else {}
+        rows = parameter_rows((names.get(id(p)), p) for p in self.params) + optimizer_rows(optimizer)
+        check_layout(self.comm, rows, "ZeroOptimizer", [("stage", stage, int)])
+        # The packed layout of DistributedOptimizer's single fusion bucket (parameters in reverse order of the
+        # forward, then presence flags), so that the reduce-scatter adds each element as its allreduce does.
+        (self.bucket,) = plan_buckets(reversed(self.params), fusion_bytes=2**62)
         rank, size = self.comm.Get_rank(), self.comm.Get_size()
         self.bounds = block_bounds(self.bucket.length, size)
         self.lo, self.hi = self.bounds[rank], min(self.bounds[rank + 1], self.bucket.numel)
@@ -177,8 +183,9 @@ class ZeroOptimizer:
     def gather(self, params: list[Tensor]) -> None:
         """Allgather the shards covering ``params`` (a contiguous run of the flat vector) into them."""
         index = {id(p): i for i, p in enumerate(self.bucket.params)}
-        first, last = index[id(params[0])], index[id(params[-1])]
-        if [index[id(p)] for p in params] != list(range(first, last + 1)):
+        positions = sorted(index[id(p)] for p in params)
+        first, last = positions[0], positions[-1]
+        if positions != list(range(first, last + 1)):
             raise ValueError("ZeRO stage 3: a unit's parameters must be consecutive in the model's parameter order")
         a = self.bucket.offsets[first]
         b = self.bucket.offsets[last] + self.bucket.params[last].data.size

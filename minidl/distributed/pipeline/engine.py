@@ -190,15 +190,16 @@ class Pipeline:
         stages may pass None. Parameter gradients are *added* to ``.grad`` (zero them before, step the
         optimizer after). Returns the mean loss over the mini-batch on the last stage, else None.
         """
-        return self._run(self.ops, inputs, targets, "train_step")
+        return self._run(self.ops, inputs, targets, "train_step", record=True)
 
     def eval_step(self, inputs: Any = None, targets: Any = None) -> float | None:
         """The mini-batch's mean loss (last stage; None elsewhere) from forwards only, under ``no_grad``:
-        nothing is stashed and no gradient moves."""
+        nothing is stashed and no gradient moves. ``events`` and ``peak_stashed`` keep the last training step's."""
         with minidl.no_grad():
-            return self._run([(FORWARD, i) for i in range(self.micro_batches)], inputs, targets, "eval_step")
+            ops = [(FORWARD, i) for i in range(self.micro_batches)]
+            return self._run(ops, inputs, targets, "eval_step", record=False)
 
-    def _run(self, ops: list[tuple[str, int]], inputs: Any, targets: Any, what: str) -> float | None:
+    def _run(self, ops: list[tuple[str, int]], inputs: Any, targets: Any, what: str, record: bool) -> float | None:
         if self.is_first and inputs is None:
             raise ValueError(f"Pipeline.{what}: the first stage needs the inputs")
         if self.is_last and targets is None:
@@ -209,7 +210,8 @@ class Pipeline:
         prev, nxt = self.stage - 1, self.stage + 1
         stash: dict[int, tuple[Tensor | None, Tensor]] = {}  # micro-batch -> (input, output or weighted loss)
         pending: list[_Pending] = []
-        self.events, self.peak_stashed, loss_sum = [], 0, 0.0
+        events: list[Event] = []
+        peak, loss_sum = 0, 0.0
         self.comm.Barrier()  # every stage's clock starts together
         t0 = time.perf_counter()
         for kind, i in ops:
@@ -230,7 +232,7 @@ class Pipeline:
                     pending += isend_activation(self.comm, out.data, nxt, 2 * i)
                 if minidl.is_grad_enabled():  # kept for the backward
                     stash[i] = (x if isinstance(x, Tensor) else None, out)
-                    self.peak_stashed = max(self.peak_stashed, len(stash))
+                    peak = max(peak, len(stash))
             else:
                 x, out = stash.pop(i)  # freed after this backward
                 grad = None
@@ -242,13 +244,15 @@ class Pipeline:
                 if not self.is_first:
                     g = x.grad if x.grad is not None else np.zeros_like(x.data)
                     pending.append(_Pending(self.comm.Isend(np.ascontiguousarray(g), prev, 2 * i + 1), g))
-            self.events.append(Event(self.stage, i, kind, start - t0, end - t0))
+            events.append(Event(self.stage, i, kind, start - t0, end - t0))
         for p in pending:
             p.request.Wait()
+        if record:  # the schedule as the last training step ran it (an evaluation does not replace it)
+            self.events, self.peak_stashed = events, peak
         return loss_sum if self.is_last else None
 
     def gather_events(self, root: int = 0) -> list[Event] | None:
-        """Every stage's events of the last step, on pipeline rank ``root`` (None on the others)."""
+        """Every stage's events of the last training step, on pipeline rank ``root`` (None on the others)."""
         gathered = gather_states(events_to_array(self.events), root, self.comm)
         if gathered is None:
             return None

@@ -1,0 +1,100 @@
+"""The one training loop: ``fit(task, strategy, args, preset)`` trains any task under any ``--parallel`` mode.
+
+    for each epoch:                              (until --max-steps or the last epoch)
+        for each batch of this rank's share:     (task.batches: the LM's windows carry their LSTM state)
+            set the learning rate                (task.lr: a function of the step)
+            strategy.train_step(task, batch)     (forward, loss, backward, clip, update: the mode's own)
+            every --log-every steps: a progress line (and a JSON record)
+        evaluate, print, checkpoint              (what the task and the mode do at an epoch's end)
+    strategy.finish(); evaluate on the test split; the score line and the mode's report
+
+The task (``minidl.train.lm``, ``.cnn``) knows the data, the model, the loss and the scores; the strategy
+(``minidl.train.strategies``) knows what this rank holds and how its ranks talk. Nothing here depends
+on which they are.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from minidl.train.progress import Progress, scalars
+from minidl.train.strategies import Position, Strategy
+
+
+class Task:
+    """What every task shares: defaults for a task that carries no state between batches."""
+
+    max_grad_norm: float | None = None
+    tally_width = 2  # numbers a batch adds to the progress sums (``tally``)
+    history_keys: tuple[str, ...] = ()  # what the history keeps of each progress record
+
+    def items(self, batch: Any) -> int:
+        """Words (or images) in a batch: the unit of throughput."""
+        return batch[1].size
+
+    def carried_state(self) -> dict[str, Any]:
+        return {}
+
+    def restore_state(self, saved: dict[str, Any]) -> None:
+        pass
+
+
+def fit(task: Any, strategy: Strategy, args: Any, preset: str) -> dict[str, Any]:
+    """Train ``task`` under ``strategy``; returns the run's numbers, scores and final parameters."""
+    spe = task.prepare(strategy.shard)  # this rank's share of the data: steps per epoch
+    model = task.model()
+    n_params = sum(p.data.size for p in model.parameters())
+    strategy.build(task, model)
+    epochs = task.cfg.epochs
+    total = min(args.max_steps or epochs * spe, epochs * spe)
+    pos = strategy.resume(task, preset) if args.resume else Position()
+    log = Progress(task, strategy, args, spe, total)
+    title, lines = task.header(preset, n_params, spe, total if args.max_steps else None)
+    log.header(
+        title, lines + ([f"resumed from {args.resume}: epoch {pos.epoch}, step {pos.step}"] if args.resume else [])
+    )
+    if strategy.serves:
+        strategy.serve(task, spe)
+        pos.step = total  # a server's steps are its workers'
+    else:
+        train_epochs(task, strategy, args, preset, pos, log)
+    log.speed.pause()
+    if args.save:
+        strategy.checkpoint(task, pos, preset, final=True)
+    seconds = time.perf_counter() - log.started
+    strategy.finish()
+    scores = strategy.evaluate(task, "test")
+    result = {"preset": preset, "parallel": args.parallel, "steps": pos.step, "epoch": pos.epoch, "seconds": seconds}
+    result |= {f"{task.unit}_per_s": log.speed.overall(), "ranks": strategy.ctx.size, "history": log.history}
+    result |= scores
+    if "test" in log.history:
+        log.history["test"].append((pos.epoch - (pos.window == 0), task.eval_text("test", scores)[0]))
+    result["params"] = strategy.dense_params()
+    record = {"kind": "eval", "split": "test", "step": pos.step, "epoch": pos.epoch, **scalars(scores, "test")}
+    log.finish(result, record)
+    return result
+
+
+def train_epochs(task: Any, strategy: Strategy, args: Any, preset: str, pos: Position, log: Progress) -> None:
+    """The epochs from ``pos`` on (a resumed run skips the windows it already trained on)."""
+    while pos.step < log.total:
+        for batch in task.batches(pos.epoch, pos.window):
+            log.lr = task.lr(pos.step, log.spe)
+            strategy.set_lr(log.lr)
+            loss = strategy.train_step(task, batch)
+            pos.window, pos.step = pos.window + 1, pos.step + 1
+            log.step(pos, batch, loss)
+            if pos.step >= log.total:
+                break
+        if pos.window < log.spe:
+            break  # stopped by --max-steps mid-epoch
+        log.speed.pause()
+        split = task.epoch_split if pos.step < log.total or task.evaluates_last_epoch else None
+        if split and strategy.evaluates_each_epoch:
+            log.evaluation(pos, split, strategy.evaluate(task, split))
+        pos.epoch, pos.window = pos.epoch + 1, 0
+        if args.save:
+            strategy.checkpoint(task, pos, preset, final=False)
+        log.speed.resume()
+        strategy.restart_clocks()

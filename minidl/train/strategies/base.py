@@ -1,0 +1,194 @@
+"""What a strategy is (one ``--parallel`` mode), and the serial one: one process, the whole model, every batch.
+
+A strategy decides, for the one training loop (``minidl.train.loop.fit``):
+
+- which share of the training data this rank takes (``shard``: index, count) and how many ranks train
+  on different data (``replicas``: throughput = replicas x this rank's);
+- what this rank holds (``build``: the net it runs, the optimizer of its parameters);
+- one optimizer step (``train_step``: forward, loss, backward, clipping, update);
+- how the model is scored (``evaluate``), what ends the run (``finish``) and what it adds to the report.
+
+The optimizers share one protocol, ``zero_grad()``, ``step(closure=None)``, ``finish()``
+(``Optimizer``, ``DistributedOptimizer``, ``LocalSGD``, ``PSWorker``), so no strategy asks which one it has.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+import minidl
+import minidl.distributed as dist
+from minidl import optim
+from minidl.nn.module import Module
+from minidl.train.checks import check_resume_settings, position_units
+
+
+class SingleProcess:
+    """The communicator of a serial run: enough of mpi4py's for the checkpoint functions, and no MPI."""
+
+    def Get_rank(self) -> int:  # noqa: N802 - mpi4py's names
+        return 0
+
+    def Get_size(self) -> int:  # noqa: N802
+        return 1
+
+    def Barrier(self) -> None:  # noqa: N802
+        pass
+
+
+@dataclass
+class Context:
+    """This process's communicator, rank and size, and the allreduce algorithm (``--allreduce``)."""
+
+    comm: Any
+    rank: int = 0
+    size: int = 1
+    algorithm: str = "ring"
+
+    def log(self, *parts: Any) -> None:
+        """Print on rank 0 only (flushed, so lines appear while mpiexec collects them)."""
+        if self.rank == 0:
+            print(*parts, flush=True)
+
+    def sum(self, values: Sequence[float]) -> np.ndarray:
+        """Elementwise sum of ``values`` over the ranks (a float64 vector; itself on one rank)."""
+        x = np.asarray(values, dtype=np.float64)
+        return dist.allreduce(self.comm, x, self.algorithm, "sum") if self.size > 1 else x
+
+
+@dataclass
+class Position:
+    """Where training stands: the (1-based) epoch, the windows (batches) of it done, optimizer steps in all."""
+
+    epoch: int = 1
+    window: int = 0
+    step: int = 0
+
+
+class Strategy:
+    """one process trains the whole model on every batch."""
+
+    refuses: tuple[str, ...] = ()  # flags this mode cannot honour (a one-line error names them)
+    serves = False  # True on a rank that serves requests instead of running the loop (parameter server)
+    evaluates_each_epoch = True
+
+    def __init__(self, ctx: Context, args: argparse.Namespace):
+        self.ctx, self.args = ctx, args
+        self.shard = (0, 1)  # this rank's share of the training data: (index, count)
+        self.eval_share = (ctx.rank, ctx.size)  # and of the evaluation data (every rank holds the model)
+        self.replicas, self.min_streams = 1, 1
+        self.reports = True  # this rank's loss counts in the reported loss
+        self.log_rank = 0  # the rank that prints progress
+
+    def build(self, task: Any, model: Module) -> None:
+        """Hold ``model`` whole: the net the loop runs, its parameters and their optimizer."""
+        self.model = self.net = model
+        self.params = list(model.parameters())
+        self.base = task.optimizer(self.params)  # the local optimizer (learning rates are set on it)
+        self.opt: Any = self.base
+
+    def describe(self) -> list[str]:
+        return []
+
+    def set_lr(self, lr: float) -> None:
+        for group in self.base.param_groups:
+            group["lr"] = lr
+
+    def criterion(self, task: Any, out: Any, batch: Any) -> Any:
+        """The loss where this rank has one (None on a rank that holds no loss: it backpropagates ``out``)."""
+        return task.criterion(out, batch)
+
+    def clip(self, max_norm: float | None) -> None:
+        if max_norm:
+            optim.clip_grad_norm(self.params, max_norm)
+
+    def train_step(self, task: Any, batch: Any) -> float | None:
+        """One optimizer step on ``batch``; returns this rank's loss (None where there is none)."""
+        out = task.forward(self.net, batch)
+        loss = self.criterion(task, out, batch)
+        self.opt.zero_grad()
+        (out if loss is None else loss).backward()
+        self.clip(task.max_grad_norm)
+        self.update(task, batch)
+        return None if loss is None else float(loss.data)
+
+    def update(self, task: Any, batch: Any) -> None:
+        self.opt.step()
+
+    def total(self, values: Sequence[float]) -> np.ndarray:
+        """Progress sums over the ranks that train."""
+        return self.ctx.sum(values)
+
+    def eval_loss(self, task: Any, batch: Any) -> tuple[Any, Any]:
+        """The output and loss of one evaluation batch (the loss None where this rank has none)."""
+        out = task.forward(self.net, batch)
+        return out, self.criterion(task, out, batch)
+
+    def evaluate(self, task: Any, split: str) -> dict[str, Any]:
+        """Score the model on ``split``: each rank its ``eval_share``, the sums added over the ranks."""
+        return task.evaluate(self, split)
+
+    def suffix(self) -> str:
+        """What this mode adds to a progress line (bytes sent, ...)."""
+        return ""
+
+    def timings(self) -> dict[str, float] | None:
+        """Mean seconds per step of compute / wait / communication since the last call, where measured."""
+        return None
+
+    def restart_clocks(self) -> None:
+        """Start the step clocks again after evaluation or a checkpoint (neither is a step)."""
+
+    def finish(self) -> None:
+        self.opt.finish()
+
+    def dense_params(self) -> dict[str, np.ndarray] | None:
+        return {k: np.array(v, copy=True) for k, v in self.model.state_dict().items()}
+
+    def report(self, result: dict[str, Any]) -> list[str]:
+        """Lines after the score (bytes, staleness, bubble, step time); every rank calls it."""
+        return [f"checkpoint: {self.args.save}"] if self.args.save else []
+
+    # -- checkpoints: the model, optimizer, position and each rank's carried state (LSTM state, RNG)
+    def checkpoint(self, task: Any, pos: Position, preset: str, final: bool) -> None:
+        rank_state = {**task.carried_state(), "rng": dist.rng_state(minidl.default_generator())}
+        state = {"epoch": pos.epoch, "window": pos.window, "step": pos.step, "preset": preset}
+        state["settings"] = position_units(task.cfg, self.ctx.size)  # what the position counts in
+        dist.save_checkpoint(self.args.save, self.model, self.base, None, state, rank_state, comm=self.ctx.comm)
+
+    def resume(self, task: Any, preset: str) -> Position:
+        path = self.args.resume
+        state, mine = dist.load_checkpoint(path, self.model, self.base, None, comm=self.ctx.comm)
+        if state.get("preset", preset) != preset:
+            raise ValueError(
+                f"--resume {path}: the checkpoint was written with --preset {state['preset']}, this run has --preset {preset}"
+            )
+        check_resume_settings(path, state.get("settings", {}), position_units(task.cfg, self.ctx.size))
+        dist.set_rng_state(minidl.default_generator(), mine.pop("rng"))
+        pos = Position(int(state["epoch"]), int(state["window"]), int(state["step"]))
+        task.restore_state(mine if pos.window else {})
+        return pos
+
+
+def reseed_per_rank(seed: int, rank: int) -> None:
+    """Each rank its own dropout stream; rank 0 keeps ``manual_seed(seed)``'s (so one rank draws as a serial run)."""
+    if rank:
+        minidl.manual_seed(int(np.random.SeedSequence([seed, rank]).generate_state(1)[0]))
+
+
+def refuse(strategy: Strategy, args: argparse.Namespace) -> None:
+    """A one-line error naming the flags ``--parallel`` mode cannot honour."""
+    given = {
+        "--resume": args.resume,
+        "--save": args.save,
+        "--compression": getattr(args, "compression", "none") != "none",
+        "--sync-bn": getattr(args, "sync_bn", False),
+    }
+    bad = [flag for flag in strategy.refuses if given.get(flag)]
+    if bad:
+        raise SystemExit(f"--parallel {args.parallel}: {', '.join(bad)} not supported in this mode")

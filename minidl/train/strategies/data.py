@@ -1,0 +1,61 @@
+"""``--parallel data``: every rank holds the whole model and trains on its own share of each batch.
+
+The gradients are averaged by ``minidl.distributed.DistributedOptimizer`` before each update (before
+clipping, which must see the averaged ones), so P ranks with batch b take the steps of one process with
+batch P*b. The batch size is per rank (Horovod's convention, weak scaling).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import minidl.distributed as dist
+from minidl.distributed.data_parallel.timing import PHASES
+from minidl.nn.module import Module
+from minidl.train.strategies.base import Strategy, reseed_per_rank
+
+
+class DataParallel(Strategy):
+    """every rank the whole model, gradients averaged over the ranks (Horovod-style)."""
+
+    def __init__(self, ctx: Any, args: Any):
+        super().__init__(ctx, args)
+        self.shard, self.replicas = (ctx.rank, ctx.size), ctx.size
+        self._seen = (dict.fromkeys(PHASES, 0.0), 0)
+
+    def build(self, task: Any, model: Module) -> None:
+        a = self.args
+        if getattr(a, "sync_bn", False):
+            model = dist.convert_sync_batchnorm(model, a.allreduce, self.ctx.comm)
+        dist.broadcast_parameters(model, root=0, comm=self.ctx.comm)  # every replica starts from rank 0's weights
+        reseed_per_rank(a.seed, self.ctx.rank)
+        super().build(task, model)
+        compression = None if a.compression == "none" else a.compression
+        self.opt = dist.DistributedOptimizer(
+            self.base,
+            allreduce=a.allreduce,
+            fusion_bytes=int(a.fusion_mb * 2**20),
+            compression=compression,
+            comm=self.ctx.comm,
+        )
+
+    def describe(self) -> list[str]:
+        return [f"data parallel: {self.ctx.size} ranks, allreduce={self.ctx.algorithm}"]
+
+    def clip(self, max_norm: float | None) -> None:
+        if max_norm:
+            self.opt.synchronize()  # average across ranks now: the clipping norm is the global gradient's
+        super().clip(max_norm)
+
+    def timings(self) -> dict[str, float] | None:
+        t, (before, steps) = self.opt.timings, self._seen
+        n = t.steps - steps
+        self._seen = (dict(t.total), t.steps)
+        return {k: (t.total[k] - before[k]) / n for k in PHASES} if n else None
+
+    def restart_clocks(self) -> None:
+        self.opt.timings.restart()  # evaluation and checkpoints are not a step's time
+
+    def report(self, result: dict[str, Any]) -> list[str]:
+        lines = [f"step time, {self.opt.timings.summary()}"] if self.opt.timings.steps else []
+        return lines + super().report(result)

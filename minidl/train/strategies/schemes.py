@@ -1,0 +1,160 @@
+"""``--parallel local-sgd`` and ``--parallel ps``: the other data-parallel schemes.
+
+- **local-sgd** (``LocalSGD``): every rank steps its own replica; the parameters are averaged every
+  ``--average-every`` steps (and once more at the end, with the batch-norm running statistics).
+- **ps** (``ParameterServer`` / ``PSWorker``): ranks 0..S-1 hold the sharded parameters and the optimizer
+  (the task's learning-rate schedule stepped per update); ranks S..P-1 are workers, each on its own share
+  of the data. Synchronous by default (the server averages all W gradients: the steps of ``--parallel
+  data`` with W ranks); ``--async`` applies each gradient on arrival (Downpour), workers pulling every
+  ``--fetch-every`` steps, with an optional ``--staleness-bound`` (a refused gradient is recomputed).
+
+Neither evaluates between epochs (replicas differ; servers are busy). Progress comes from the first
+worker; the report gives the bytes every rank sent + received per step, counted on the wire
+(``CountingComm``), and the parameter server's staleness histogram.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+import minidl.distributed as dist
+from minidl.distributed.counting import sent_and_received
+from minidl.distributed.data_parallel.local_sgd import average_buffers
+from minidl.distributed.parameter_server.protocol import check_roles
+from minidl.nn.module import Module
+from minidl.train.strategies.base import Strategy, reseed_per_rank
+
+
+class LocalSGD(Strategy):
+    """every rank steps alone, the parameters averaged every k steps."""
+
+    refuses = ("--resume", "--save", "--compression", "--sync-bn")
+    servers = 0
+    evaluates_each_epoch = False
+
+    def __init__(self, ctx: Any, args: Any):
+        super().__init__(ctx, args)
+        self.counted = dist.CountingComm(ctx.comm)
+        self.workers, worker = ctx.size - self.servers, ctx.rank - self.servers
+        self.shard, self.replicas, self.log_rank = (max(worker, 0), self.workers), self.workers, self.servers
+        self.serves = worker < 0
+        self.stats: Any = None
+
+    def build(self, task: Any, model: Module) -> None:
+        dist.broadcast_parameters(model, comm=self.ctx.comm)
+        reseed_per_rank(self.args.seed, self.ctx.rank)
+        super().build(task, model)
+        self.opt = dist.LocalSGD(self.base, self.args.average_every, comm=self.counted, allreduce=self.args.allreduce)
+
+    def describe(self) -> list[str]:
+        return [f"local SGD: {self.workers} ranks, parameters averaged every {self.args.average_every} steps"]
+
+    def finish(self) -> None:
+        if not self.serves:
+            self.opt.finish()
+        self.traffic = sent_and_received(self.counted.traffic_matrix())  # (sent, received) bytes per rank
+        self.collect()
+
+    def collect(self) -> None:
+        """Leave the final model on every rank."""
+        average_buffers(self.model, self.ctx.comm, self.args.allreduce)
+
+    def report(self, result: dict[str, Any]) -> list[str]:
+        result["bytes_per_step"] = (self.traffic[0] + self.traffic[1]) / max(result["steps"], 1)
+        lines = [
+            "KiB sent + received per step: "
+            + ", ".join(
+                f"rank {r}{' (server)' if r < self.servers else ''} {b / 1024:,.1f}"
+                for r, b in enumerate(result["bytes_per_step"])
+            )
+        ]
+        return lines + self.staleness(result)
+
+    def staleness(self, result: dict[str, Any]) -> list[str]:
+        return []
+
+
+class ParameterServer(LocalSGD):
+    """servers hold the parameters, workers push gradients, synchronously or --async."""
+
+    refuses = ("--resume", "--save", "--compression", "--sync-bn")
+
+    def __init__(self, ctx: Any, args: Any):
+        self.servers = args.servers
+        check_roles(ctx.size, self.servers)
+        super().__init__(ctx, args)
+
+    def build(self, task: Any, model: Module) -> None:
+        self.model, self.net, self.base, self.params = model, model, None, list(model.parameters())
+        if not self.serves:
+            reseed_per_rank(self.args.seed, self.ctx.rank)
+            a = self.args
+            self.opt = dist.PSWorker(
+                model, self.counted, self.servers, a.asynchronous, a.fetch_every, a.staleness_bound
+            )
+
+    def describe(self) -> list[str]:
+        a, mode = self.args, "synchronous"
+        if a.asynchronous:
+            bound = f", staleness bound {a.staleness_bound}" if a.staleness_bound is not None else ""
+            mode = f"asynchronous{bound}, pull every {a.fetch_every}"
+        return [f"parameter server: {self.servers} server(s) + {self.workers} workers, {mode}"]
+
+    def set_lr(self, lr: float) -> None:
+        """A worker holds no optimizer: the servers step the schedule per update (``serve``)."""
+        if self.base is not None:
+            super().set_lr(lr)
+
+    def serve(self, task: Any, steps_per_epoch: int) -> None:
+        """This rank is a server: hold its shard and its optimizer until every worker is done."""
+        per_epoch = steps_per_epoch * (self.workers if self.args.asynchronous else 1)  # updates per epoch
+        held: list[Any] = []
+
+        def build(params: list) -> Any:
+            held.append(task.optimizer(params))
+            self.base = held[0]
+            self.set_lr(task.lr(0, per_epoch))
+            return held[0]
+
+        a = self.args
+        server = dist.ParameterServer(
+            self.model,
+            build,
+            self.counted,
+            self.servers,
+            a.asynchronous,
+            a.staleness_bound,
+            after_update=lambda version: self.set_lr(task.lr(version, per_epoch)),
+        )
+        self.stats = server.serve()
+
+    def update(self, task: Any, batch: Any) -> None:
+        def closure() -> None:  # a bounded-staleness server refused the gradient: recompute on its parameters
+            self.criterion(task, task.forward(self.net, batch, again=True), batch).backward()
+            self.clip(task.max_grad_norm)
+
+        self.opt.step(closure)
+
+    def total(self, values: Any) -> np.ndarray:
+        return np.asarray(values, np.float64)  # the first worker's own (the servers are busy serving)
+
+    def collect(self) -> None:
+        """The servers' final parameters everywhere, then the first worker's batch-norm statistics (a
+        server's never moved), so every rank holds the same model to score."""
+        dist.collect_parameters(self.model, self.ctx.comm, self.servers)
+        dist.broadcast_parameters(self.model, root=self.servers, comm=self.ctx.comm)
+
+    def staleness(self, result: dict[str, Any]) -> list[str]:
+        stats = self.stats
+        mine = {"staleness": np.asarray(stats.staleness, np.int64), "rejected": stats.rejected} if stats else {}
+        gathered = dist.gather_states(mine, root=0, comm=self.ctx.comm)
+        if not gathered:
+            return []
+        s = np.concatenate([g["staleness"] for g in gathered if g])
+        rejected = sum(int(g["rejected"]) for g in gathered if g)
+        result.update(staleness=s, staleness_mean=float(s.mean()), staleness_max=int(s.max()), rejected=rejected)
+        hist = " ".join(f"{k}:{n}" for k, n in enumerate(np.bincount(s)) if n)
+        refused = f" | {rejected} gradients refused as too stale" if rejected else ""
+        return [f"staleness over {s.size} updates: mean {s.mean():.2f}, max {s.max()} | histogram {hist}{refused}"]
