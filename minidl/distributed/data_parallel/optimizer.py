@@ -130,6 +130,7 @@ class DistributedOptimizer(Optimizer):
         self._synchronized = False
         self._layout_checked = False  # have the ranks confirmed they pack the same buckets?
         self.overlap = bool(overlap)
+        self.timeline: Any = None  # a minidl.distributed.timeline.Timeline to record each bucket's allreduce
         self._overlap: BucketOverlap | None = None
         self._plan()
         self._check_ranks_agree()
@@ -212,6 +213,13 @@ class DistributedOptimizer(Optimizer):
                 hooked.add(id(p))
         self._hooked = hooked
 
+    def record(self, k: int, began: float, thread: str) -> None:
+        """Bucket k's allreduce, from ``began`` until now, on the timeline (when one is kept: ``--timeline``)."""
+        if self.timeline is not None:
+            bucket = self.buckets[k]
+            args = {"algorithm": self.algorithm, "bytes": int(bucket.nbytes), "tensors": len(bucket.params)}
+            self.timeline.add(f"allreduce bucket {k}", began, time.perf_counter(), thread, **args)
+
     def _scale(self) -> float:
         """What the summed gradients are multiplied by: 1 / (ranks x accumulated passes) for "average"."""
         return 1.0 / (self.comm.Get_size() * (self._passes + 1)) if self.op == "average" else 1.0
@@ -266,17 +274,22 @@ class DistributedOptimizer(Optimizer):
                     self.comm.Barrier()
                     now = time.perf_counter()
                     self.timings.add("wait", now - start)
+                    if self.timeline is not None:
+                        self.timeline.add("wait", start, now)
                     start = now
-                # the first exchange checks that every rank packs the same sizes and dtypes; later ones need not
-                self._overflowed |= not allreduce_buckets(
-                    self.buckets,
-                    self.comm,
-                    self.algorithm,
-                    scale,
-                    self.compression,
-                    check=not self._layout_checked,
-                    overflow=self.overflow,
-                )
+                for k, bucket in enumerate(self.buckets):
+                    began = time.perf_counter()
+                    # the first exchange checks that every rank packs the same sizes and dtypes; later ones need not
+                    self._overflowed |= not allreduce_buckets(
+                        [bucket],
+                        self.comm,
+                        self.algorithm,
+                        scale,
+                        self.compression,
+                        check=not self._layout_checked,
+                        overflow=self.overflow,
+                    )
+                    self.record(k, began, "main")
             self._layout_checked = True
         self.timings.add("communication", time.perf_counter() - start)
         self.timings.restart()

@@ -55,7 +55,6 @@ class BucketOverlap:
         self.opt = opt
         self.bucket_of = {id(p): k for k, b in enumerate(opt.buckets) for p in b.params}
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="minidl-allreduce")
-        self.events: list[tuple[str, float, float, dict[str, Any]]] = []  # (name, start, end, args): timeline
         self._reset()
 
     def _reset(self) -> None:
@@ -79,12 +78,12 @@ class BucketOverlap:
     def _allreduce(self, k: int, scale: float, check: bool) -> None:
         from minidl.distributed.data_parallel.optimizer import allreduce_buckets
 
-        bucket, start = self.opt.buckets[k], time.perf_counter()
-        opt = self.opt
-        if not allreduce_buckets([bucket], opt.comm, opt.algorithm, scale, opt.compression, check, opt.overflow):
+        began, opt = time.perf_counter(), self.opt
+        if not allreduce_buckets(
+            [opt.buckets[k]], opt.comm, opt.algorithm, scale, opt.compression, check, opt.overflow
+        ):
             opt._overflowed = True  # overflow="skip": step() skips this update (an fp16 sum that is not finite)
-        args = {"bucket": k, "algorithm": self.opt.algorithm, "bytes": int(bucket.nbytes)}
-        self.events.append((f"allreduce bucket {k}", start, time.perf_counter(), args))
+        opt.record(k, began, "comm")
 
     def finish(self) -> None:
         """Launch the buckets not launched yet, in order, and wait for every allreduce of this step."""
