@@ -27,8 +27,14 @@ class UsageError(Exception):
 
 # flag (its argparse dest), its default, the --parallel modes it applies to, and why
 MODE_FLAGS: tuple[tuple[str, str, Any, tuple[str, ...], str], ...] = (
-    ("--allreduce", "allreduce", "ring", ("data", "local-sgd", "pipeline"), "it picks how ranks average"),
-    ("--fusion-mb", "fusion_mb", 64.0, ("data", "pipeline"), "it sizes the gradient allreduces"),
+    (
+        "--allreduce",
+        "allreduce",
+        "ring",
+        ("data", "local-sgd", "pipeline", "model", "tensor", "ps"),
+        "one process has nothing to reduce",
+    ),
+    ("--fusion-mb", "fusion_mb", 64.0, ("data",), "it sizes data parallelism's gradient allreduces"),
     ("--compression", "compression", "none", ("data",), "it compresses the gradient allreduces"),
     (
         "--sync-bn",
