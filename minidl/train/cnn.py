@@ -115,7 +115,7 @@ class CNNTask(Task):
 
     name, unit, modes = "cnn", "images", ("data", "model", "tensor", "ps", "local-sgd")
     PRESETS, OVERRIDES, lines_per_epoch, epoch_split, evaluates_last_epoch = PRESETS, OVERRIDES, 5, "test", False
-    tally_width, history_keys = 3, ("loss", "accuracy")
+    tally_width, history_keys, split_softmax = 3, ("loss", "accuracy"), False
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
