@@ -112,6 +112,7 @@ def header_bytes(shape: tuple | None, dtype: np.dtype | None, op: str, call: str
     if shape is None:
         h["ndim"] = -1 if dtype is None else -2
         return h.tobytes()
+    assert dtype is not None, "a shape needs a dtype"
     h["size"] = int(np.prod(shape, dtype=np.int64))
     h["nbytes"], h["ndim"] = h["size"] * dtype.itemsize, len(shape)
     return h.tobytes() + np.asarray(shape, dtype="<i8").tobytes()
@@ -143,7 +144,7 @@ def handshake(comm: Any, head: bytes, x: np.ndarray = NOTHING, f: Op | None = No
     room = np.empty(ROOM, np.uint8)
     mine, agreed = x, True
     if fold.extra and fold.newrank < 0:  # fold in: even rank 2i hands x to 2i+1 and waits for the answer
-        comm.Send(b"".join((expected, x)), rank + 1, TAG_CHECK)
+        comm.Send(b"".join((expected, x.data)), rank + 1, TAG_CHECK)
         comm.Recv(room, rank + 1, TAG_CHECK)
         agreed = room.data[: len(expected)] == expected
         if agreed and f is not None:
@@ -153,11 +154,13 @@ def handshake(comm: Any, head: bytes, x: np.ndarray = NOTHING, f: Op | None = No
         comm.Recv(room, rank - 1, TAG_CHECK)
         mine, agreed = _merge(room, expected, mine, f, lower=True)
     for peer in fold.doubling_peers:
-        comm.Sendrecv(b"".join((head, AGREED if agreed else DIFFERS, mine)), peer, TAG_CHECK, room, peer, TAG_CHECK)
+        comm.Sendrecv(
+            b"".join((head, AGREED if agreed else DIFFERS, mine.data)), peer, TAG_CHECK, room, peer, TAG_CHECK
+        )
         if agreed:
             mine, agreed = _merge(room, expected, mine, f, lower=peer < rank)
     if fold.extra:  # fold out: 2i+1 hands the answer (and result) back to 2i
-        comm.Send(b"".join((head, AGREED if agreed else DIFFERS, mine)), rank - 1, TAG_CHECK)
+        comm.Send(b"".join((head, AGREED if agreed else DIFFERS, mine.data)), rank - 1, TAG_CHECK)
     return mine, agreed
 
 
@@ -335,6 +338,7 @@ def agree_with_root(comm: Any, x: Any, call: str, root: int, same_as_root: bool)
     ref, shape = parse(table[root])
     if shape is None:
         raise_mismatch(table, f"the root (rank {root}) passed no array")
+        raise AssertionError  # raise_mismatch always raises
     for row in table:
         h, theirs = parse(row)
         if (

@@ -182,7 +182,10 @@ class Function:
 
     def __del__(self) -> None:
         if self.held:  # a graph dropped without backward still lets go of its memory
-            saved.release(self.held)
+            try:
+                saved.release(self.held)
+            except (AttributeError, TypeError):  # at interpreter exit the module may already be torn down
+                pass
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__}>"
@@ -237,7 +240,9 @@ def backward(root: Tensor, grad: np.ndarray, retain_graph: bool = False) -> None
     # grads[id(fn)] holds one slot per output of fn, summed as consumers report.
     grads: dict[int, list[np.ndarray | None]] = {id(root_fn): [None] * root_fn.n_outputs}
     grads[id(root_fn)][root._out_index] = grad
-    for fn in topological_order(root_fn):
+    order = topological_order(root_fn)
+    pending = _pending_accumulations(order)
+    for fn in order:
         if fn.freed:
             raise RuntimeError(
                 f"backward: trying to backward through the graph a second time ({fn!r}'s saved values "
@@ -252,6 +257,38 @@ def backward(root: Tensor, grad: np.ndarray, retain_graph: bool = False) -> None
         for p, g, needed in zip(fn.parents, in_grads, fn.needs_input_grad):
             if needed and g is not None:
                 _send(fn, p, g, grads)
+            if needed and id(p) in pending:
+                _count_down(p, pending)
+    for leaf, _ in list(pending.values()):  # hooked leaves that got no gradient this time: done all the same
+        _run_hooks(leaf)
+
+
+def _pending_accumulations(order: list[Function]) -> dict[int, tuple[Tensor, int]]:
+    """For each leaf with post-accumulate hooks: how many gradients this backward will bring it.
+
+    A leaf used by k recorded ops receives k gradients; its hooks run once the k-th has been added,
+    which is how data parallelism knows a gradient is final and can start its allreduce (overlap).
+    """
+    pending: dict[int, tuple[Tensor, int]] = {}
+    for fn in order:
+        for p, needed in zip(fn.parents, fn.needs_input_grad):
+            if needed and p._ctx is None and p._hooks:
+                pending[id(p)] = (p, pending.get(id(p), (p, 0))[1] + 1)
+    return pending
+
+
+def _count_down(leaf: Tensor, pending: dict[int, tuple[Tensor, int]]) -> None:
+    t, left = pending[id(leaf)]
+    if left > 1:
+        pending[id(leaf)] = (t, left - 1)
+    else:
+        del pending[id(leaf)]
+        _run_hooks(t)
+
+
+def _run_hooks(leaf: Tensor) -> None:
+    for hook in leaf._hooks:
+        hook(leaf)
 
 
 def _call_backward(fn: Function, slots: list[np.ndarray | None]) -> tuple[Any, ...]:

@@ -15,6 +15,7 @@ graph. Axes are NumPy's ``axis=`` (PyTorch's ``dim=``).
 from __future__ import annotations
 
 import numbers
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -82,6 +83,7 @@ class Tensor:
     """
 
     __array_priority__ = 100.0  # ndarray <op> Tensor defers to Tensor's reflected op
+    _hooks: tuple[Callable[[Tensor], None], ...] = ()  # post-accumulate-grad hooks (leaves only)
 
     def __init__(self, data: Any, requires_grad: bool = False, dtype: Any = None, name: str = ""):
         self._data: np.ndarray = _as_array(data, dtype)
@@ -171,6 +173,16 @@ class Tensor:
             self._retain = True
             self._ctx.retained[self._out_index] = self
         return self
+
+    def register_post_accumulate_grad_hook(self, hook: Callable[[Tensor], None]) -> None:
+        """Call ``hook(self)`` once a backward has added its last gradient into this leaf's ``.grad``.
+
+        As PyTorch's hook of the same name; data parallelism uses it to start a bucket's allreduce while
+        the backward goes on (``DistributedOptimizer(overlap=True)``).
+        """
+        if self._ctx is not None:
+            raise RuntimeError("register_post_accumulate_grad_hook: only leaf tensors accumulate gradients")
+        self._hooks = (*self._hooks, hook)
 
     def zero_grad(self) -> None:
         self.grad = None

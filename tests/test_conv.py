@@ -191,4 +191,4 @@ def test_pool_modules_and_errors():
     with pytest.raises(ValueError, match="at most half the kernel"):
         nn.MaxPool2d(2, padding=2)
     with pytest.raises(ValueError, match="4-D input"):
-        nn.MaxPool2d(2)(minidl.zeros(3, 8, 8))
+        nn.MaxPool2d(2)(minidl.zeros(8, 8))  # 3-D [C, H, W] is an unbatched input, as in PyTorch

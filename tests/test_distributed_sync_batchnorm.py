@@ -147,12 +147,34 @@ def test_untracked_statistics_in_eval_mode_also_check_every_rank():
 
 
 def test_good_inputs_cost_no_extra_messages():
-    """The check rides in the forward's statistics allreduce: as many messages as a bare allreduce of it."""
+    """The check rides in the forward's statistics allgather: as many messages as a bare allgather of it."""
 
     def layer(comm):
         dist.SyncBatchNorm(C, dtype=np.float64, comm=comm)(minidl.tensor(np.ones((4, C, 2))))
 
     def bare(comm):
-        collectives.allreduce(comm, np.ones(3 * C + 3), algorithm="ring")
+        collectives.allgather(comm, np.ones(3 * C + 3 + 6))
 
     assert len(collectives.simulate(P, layer).messages) == len(collectives.simulate(P, bare).messages)
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "recursive_doubling"])
+def test_large_mean_statistics_merge_accurately(algorithm):
+    """Issue 12, bug 2: per-rank [count, mean, M2] merged by Chan's formula give one process's accuracy for
+    float64 data of mean 1e6 and std 1e-2 in uneven parts (summed x and x^2 were off by ~1 here)."""
+    rng = np.random.default_rng(3)
+    sizes = [5, 1, 6]
+    xs = [1e6 + 1e-2 * rng.standard_normal((b, C, 4)) for b in sizes]
+
+    def rank_fn(comm):
+        bn = dist.SyncBatchNorm(C, dtype=np.float64, comm=comm, algorithm=algorithm, eps=1e-10)
+        return bn(minidl.tensor(xs[comm.Get_rank()])).data, bn.running_mean.copy(), bn.running_var.copy()
+
+    out = collectives.simulate(P, rank_fn, timeout=TIMEOUT)
+    dev = np.concatenate(xs) - 1e6  # exact: the deviations without the large mean
+    m, v = dev.mean(axis=(0, 2), keepdims=True), dev.var(axis=(0, 2), keepdims=True)
+    ref = np.split((dev - m) / np.sqrt(v + 1e-10), np.cumsum(sizes)[:-1])
+    for r, (y, running_mean, running_var) in enumerate(out):
+        np.testing.assert_allclose(y, ref[r], rtol=0, atol=1e-7, err_msg=f"rank {r}")
+        np.testing.assert_allclose(running_mean, 0.9 * 0 + 0.1 * (1e6 + m.ravel()), rtol=1e-15)
+        np.testing.assert_allclose(running_var, 0.9 + 0.1 * v.ravel() * 48 / 47, rtol=1e-12)

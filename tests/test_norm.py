@@ -6,7 +6,7 @@ import pytest
 import minidl
 import minidl.nn.functional as F
 from minidl import nn
-from minidl.nn.norm import batch_moments, batch_norm_train
+from minidl.nn.norm import batch_moments, batch_norm_train, combine_moments, local_moments
 
 
 def _bn_fn(module):
@@ -80,9 +80,10 @@ def test_cumulative_average_and_no_running_stats(rng):
     np.testing.assert_allclose(free(minidl.tensor(xs[0])).data.mean(0), 0, atol=1e-12)
 
 
-def test_reduce_hook_equals_one_big_batch(rng):
-    """Two 'ranks' each holding half the batch, with reduce = sum over both, match BatchNorm on the whole batch:
-    the contract a SyncBatchNorm's allreduce must meet (forward statistics and every gradient)."""
+def test_gather_and_reduce_hooks_equal_one_big_batch(rng):
+    """Two 'ranks' each holding half the batch, with gather = both ranks' moments and reduce = sum over
+    both, match BatchNorm on the whole batch: the contract a SyncBatchNorm's collectives must meet
+    (forward statistics and every gradient)."""
     minidl.set_default_dtype(np.float64)
     x = rng.standard_normal((6, 3, 2, 2)) * 2 - 1
     w, b = (
@@ -91,32 +92,70 @@ def test_reduce_hook_equals_one_big_batch(rng):
     )
     g = rng.standard_normal(x.shape)
     parts = [x[:2], x[2:]]
-    # Forward statistics: each rank's local sums, summed "across ranks".
-    local = [np.stack([p.sum(axis=(0, 2, 3)), (p * p).sum(axis=(0, 2, 3)), np.full(3, p.size // 3)]) for p in parts]
-    forward_total = local[0] + local[1]
-    mean, var, count = batch_moments(parts[0], reduce=lambda s: forward_total)
-    np.testing.assert_allclose(mean, x.mean(axis=(0, 2, 3)))
-    np.testing.assert_allclose(var, x.var(axis=(0, 2, 3)))
-    assert count == 24
+    table = np.stack([local_moments(p)[0] for p in parts])  # what the allgather gives every rank
+    stats = [batch_moments(p, gather=lambda m: table) for p in parts]
+    for s in stats:
+        np.testing.assert_allclose(s.mean, x.mean(axis=(0, 2, 3)), rtol=1e-14)
+        np.testing.assert_allclose(s.var, x.var(axis=(0, 2, 3)), rtol=1e-14)
+        assert s.count == 24
     # Backward: run rank 0 and rank 1, each reducing the other's [sum dy, sum dy*xhat] into its own.
-    xs = [minidl.tensor(p, requires_grad=True) for p in parts]
-    outs = [batch_norm_train(xi, w, b, mean, var, count) for xi in xs]
+    mean, var = stats[0].mean, stats[0].var
     xhat = [(p - mean[:, None, None]) / np.sqrt(var[:, None, None] + 1e-5) for p in parts]
     gs = [g[:2], g[2:]]
     grad_sums = sum(np.stack([gi.sum(axis=(0, 2, 3)), (gi * xh).sum(axis=(0, 2, 3))]) for gi, xh in zip(gs, xhat))
-    dx = []
-    for xi, gi in zip(xs, gs):
-        out = batch_norm_train(xi, w, b, mean, var, count, reduce=lambda s: grad_sums)
+    xs = [minidl.tensor(p, requires_grad=True) for p in parts]
+    outs = []
+    for xi, gi, s in zip(xs, gs, stats):
+        out = batch_norm_train(xi, w, b, s, reduce=lambda _: grad_sums)
         out.backward(gi)
-        dx.append(xi.grad)
+        outs.append(out)
     whole = minidl.tensor(x, requires_grad=True)
     w2, b2 = minidl.tensor(w.data, requires_grad=True), minidl.tensor(b.data, requires_grad=True)
     ref = F.batch_norm(whole, None, None, w2, b2, training=True)
     np.testing.assert_allclose(np.concatenate([o.data for o in outs]), ref.data, rtol=1e-10)
     ref.backward(g)
-    np.testing.assert_allclose(np.concatenate(dx), whole.grad, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(np.concatenate([xi.grad for xi in xs]), whole.grad, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(w.grad, w2.grad, rtol=1e-9)  # local dgamma, summed over the two ranks' calls
     np.testing.assert_allclose(b.grad, b2.grad, rtol=1e-9)
+
+
+def test_combine_moments_is_chans_formula_and_ignores_empty_parts(rng):
+    """Moments of parts merged = moments of the whole, for a large mean (1e6) and uneven or empty parts."""
+    x = 1e6 + 1e-2 * rng.standard_normal((20, 2, 3))
+    cuts = [0, 0, 7, 8, 20]  # parts of 0, 7, 1 and 12 examples
+    table = np.stack([local_moments(x[a:b])[0] for a, b in zip(cuts[:-1], cuts[1:])])
+    count, mean, m2 = combine_moments(table)
+    assert count == 60
+    exact = x - 1e6  # exact in float64: the deviations, without the large mean
+    np.testing.assert_allclose(mean - 1e6, exact.mean(axis=(0, 2)), rtol=0, atol=3e-10)  # 1e6 * 2^-52 = 2e-10
+    np.testing.assert_allclose(m2, ((exact - exact.mean(axis=(0, 2), keepdims=True)) ** 2).sum(axis=(0, 2)), rtol=1e-7)
+    assert combine_moments(np.zeros((3, 3, 2)))[0] == 0
+
+
+@pytest.mark.parametrize(
+    "dtype, mean, std, tol, tol_eval",
+    [
+        (np.float32, 1e3, 1.0, 2e-6, 1e-4),  # E[x^2] - E[x]^2 was off by 0.09 here; torch: 2e-5
+        (np.float32, 1e4, 1.0, 2e-6, 1e-3),  # the old variance came out near 0, outputs off by ~1e3; torch: 5e-4
+        (np.float64, 1e6, 1e-2, 1e-7, 1e-7),  # the old float64 output was off by ~1; torch: 4e-8
+    ],
+)
+def test_large_mean_small_spread_is_normalized_accurately(dtype, mean, std, tol, tol_eval):
+    """Issue 12, bug 2: outputs, running statistics and the eval-mode output against a float64 reference.
+    Eval mode subtracts the running mean stored in x's dtype: float32 rounds 1e4 to within 5e-4 (as torch)."""
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((16, 3, 8, 8)) * std + mean).astype(dtype)
+    x64 = x.astype(np.float64)
+    m, v = x64.mean(axis=(0, 2, 3), keepdims=True), x64.var(axis=(0, 2, 3), keepdims=True)
+    bn = nn.BatchNorm2d(3, momentum=1.0, eps=1e-5 * std**2, dtype=dtype)  # eps scaled with the variance
+    y = bn(minidl.tensor(x))
+    ref = (x64 - m) / np.sqrt(v + 1e-5 * std**2)
+    assert np.abs(y.data - ref).max() < tol
+    np.testing.assert_allclose(bn.running_mean, m.ravel(), rtol=1e-6)
+    np.testing.assert_allclose(bn.running_var, v.ravel() * x[:, 0].size / (x[:, 0].size - 1), rtol=1e-5)
+    bn.eval()  # the running statistics (momentum 1: this batch's, unbiased) normalize as well
+    ref_eval = (x64 - m) / np.sqrt(bn.running_var.astype(np.float64).reshape(1, 3, 1, 1) + 1e-5 * std**2)
+    assert np.abs(bn(minidl.tensor(x)).data - ref_eval).max() < tol_eval
 
 
 def test_batchnorm_errors():

@@ -98,18 +98,37 @@ def test_cross_entropy_large_logits_and_all_ignored():
     assert F.cross_entropy(x, np.array([-100, -100]), reduction="sum").item() == 0.0
 
 
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_with_every_target_ignored_has_zero_gradient(reduction):
+    """Issue 12, bug 3: the mean over no rows is NaN (PyTorch 2.13 too) but the gradient is 0, not NaN."""
+    x = minidl.tensor(np.random.default_rng(0).standard_normal((3, 4)), requires_grad=True)
+    with np.errstate(invalid="ignore"):
+        loss = F.cross_entropy(x, np.array([5, 5, 5]), reduction=reduction, ignore_index=5)
+    assert np.isnan(loss.item()) if reduction == "mean" else not loss.data.any()
+    loss.sum().backward()
+    np.testing.assert_array_equal(x.grad, np.zeros((3, 4)))
+
+
 def test_cross_entropy_errors():
     x = minidl.tensor(np.zeros((3, 4)))
     with pytest.raises(IndexError, match=r"target 4 is out of range for 4 classes \(valid: 0..3, or ignore_index"):
         F.cross_entropy(x, np.array([0, 4, 1]))
     with pytest.raises(IndexError, match="target -1 is out of range"):
         F.cross_entropy(x, np.array([0, -1, 1]))
-    with pytest.raises(TypeError, match="integer class indices, got dtype float"):
+    with pytest.raises(TypeError, match="integer class indices .or float probabilities., got bool"):
+        F.cross_entropy(x, np.array([True, False, True]))
+    with pytest.raises(ValueError, match=r"probability targets must have the logits' shape \(3, 4\), got \(3,\)"):
         F.cross_entropy(x, np.array([0.0, 1.0, 1.0]))
-    with pytest.raises(ValueError, match=r"target shape \(2,\) does not match logits \(3, 4\)"):
+    with pytest.raises(ValueError, match=r"target shape \(2,\) does not match input \(3, 4\) \(want \[3\]\)"):
         F.cross_entropy(x, np.array([0, 1]))
-    with pytest.raises(ValueError, match=r"logits must be a float \[N, C\] array, got shape \(4,\)"):
-        F.cross_entropy(minidl.tensor(np.zeros(4)), np.array(1))
+    with pytest.raises(ValueError, match=r"input must be a float \[N, C, ...\] or \[C\] array, got shape \(\)"):
+        F.cross_entropy(minidl.tensor(np.zeros(())), np.array(1))
+    with pytest.raises(ValueError, match="label_smoothing must be in"):
+        F.cross_entropy(x, np.array([0, 1, 2]), label_smoothing=1.5)
+    with pytest.raises(ValueError, match=r"weight must have one entry per class, shape \(4,\)"):
+        F.cross_entropy(x, np.array([0, 1, 2]), weight=np.ones(3))
+    with pytest.raises(NotImplementedError, match="not supported: size_average"):
+        F.cross_entropy(x, np.array([0, 1, 2]), size_average=True)
     with pytest.raises(ValueError, match="reduction must be one of"):
         F.cross_entropy(x, np.array([0, 1, 2]), reduction="avg")
 

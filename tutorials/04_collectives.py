@@ -79,8 +79,10 @@ assert all(np.array_equal(r, result[0]) for r in result)
 # Each rank's clock moves one step per completed blocking call, and past the send step of every
 # message it receives, so a step is one round of communication. Every public collective first
 # checks that all ranks brought the same shape, dtype and op: a recursive-doubling handshake of
-# 144-byte messages (this rank's 128-byte header and a mismatch flag, `TAG_CHECK`), and the full
-# table of headers only after a mismatch, to name it. We leave those messages out of the pictures.
+# short messages (this rank's header, 88 bytes plus 8 a dimension of its shape, and a mismatch flag,
+# `TAG_CHECK`), and the full table of headers only after a mismatch, to name it. We leave those
+# messages out of the pictures. (For a short vector the handshake carries the data as well and *is*
+# the allreduce: `collectives/agreement.py` tells how that saves a latency-bound round.)
 
 # %%
 for m in result.messages[:6]:
@@ -179,6 +181,20 @@ res = draw(8, "tree")
 res = draw(6, "ring")
 count, nbytes = traffic([m for m in res.messages if m.tag != TAG_CHECK], 6)
 print("ring bytes per rank / vector bytes:", [b / (24 * 4) for b in nbytes], " 2(p-1)/p =", 2 * 5 / 6)
+
+# %% [markdown]
+# ### Following one ring, block by block
+#
+# `collectives.explain` runs the real schedule on the simulator with every message's bytes
+# recorded, and decodes each message: which block it carries, and whose contributions are summed
+# in it. (Rank r's element i is $2^r + 2^p i$, so the low p bits of any partial sum name the ranks
+# in it.) Read a column down to follow one rank; follow "b0" across the rows to watch block 0 go
+# round the ring, gaining one contribution a step, until rank 0 holds it complete after step 3 and
+# the allgather passes it on. The same table is the worked example at the top of
+# `collectives/ring.py`, and a test holds the two together.
+
+# %%
+table = collectives.explain("ring", p=4, n=8)
 
 # %% [markdown]
 # ## 6. Recursive doubling and Rabenseifner
@@ -364,6 +380,28 @@ def mismatched(comm):
 
 
 print(collectives.simulate(3, mismatched)[2])
+
+# %% [markdown]
+# ## 11. The rest of MPI's collectives
+#
+# The same package has barrier (dissemination), alltoall (pairwise exchange and Bruck's algorithm)
+# and alltoallv, allgatherv/gatherv/scatterv, reduce_scatter with given counts, scan and exscan
+# (a recursive-doubling prefix), the logical and bitwise ops, and maxloc/minloc on
+# (value, index) pairs. Each file opens with its cost and a worked example. For instance, which
+# rank has the largest loss, and the running total of the batch sizes before each rank:
+
+
+# %%
+def where_and_prefix(comm):
+    r = comm.Get_rank()
+    loss, batch = [0.7, 2.5, 2.5, 1.1][r], [32, 30, 32, 28][r]
+    worst = collectives.allreduce(comm, collectives.pairs(loss, r), op="maxloc")
+    offset = collectives.exscan(comm, np.array(batch))
+    return float(worst["value"]), int(worst["index"]), None if offset is None else int(offset)
+
+
+for r, (value, index, offset) in enumerate(collectives.simulate(4, where_and_prefix)):
+    print(f"rank {r}: largest loss {value} on rank {index} (ties: the lower rank); samples before mine: {offset}")
 
 # %% [markdown]
 # ## What to take away

@@ -7,6 +7,7 @@ from minidl.nn.conv import Conv2d
 from minidl.nn.dropout import Dropout
 from minidl.nn.embedding import Embedding
 from minidl.nn.linear import Linear
+from minidl.nn.loss import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss, NLLLoss
 from minidl.nn.module import Module, Parameter, StateDictError
 from minidl.nn.norm import BatchNorm1d, BatchNorm2d
 from minidl.nn.pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
@@ -23,10 +24,12 @@ __all__ = [
     "Softplus",
     "AdaptiveAvgPool2d",
     "AvgPool2d",
+    "BCEWithLogitsLoss",
     "BasicBlock",
     "BatchNorm1d",
     "BatchNorm2d",
     "Conv2d",
+    "CrossEntropyLoss",
     "Dropout",
     "Embedding",
     "Flatten",
@@ -35,8 +38,10 @@ __all__ = [
     "LSTMCell",
     "LSTMLayer",
     "Linear",
+    "MSELoss",
     "MaxPool2d",
     "Module",
+    "NLLLoss",
     "Parameter",
     "ReLU",
     "ResNet",

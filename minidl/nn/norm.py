@@ -13,31 +13,51 @@ Closed-form backward of the training-mode function (mu and var depend on x):
     dbeta  = sum(dy),   dgamma = sum(dy * xhat)
     dx     = gamma / sqrt(var + eps) * (dy - sum(dy) / M - xhat * sum(dy * xhat) / M)
 
+The variance is computed carefully (Chan, Golub & LeVeque, "Algorithms for computing the sample
+variance", 1983): E[x^2] - E[x]^2 in float32 loses every digit when the mean is large against the
+spread (mean 1e4, std 1: x^2 ~ 1e8, whose float32 spacing is 8). ``local_moments`` shifts the data by a
+first-pass mean s (in x's dtype, so x - s is exact for x near s), then sums d = x - s and d^2 in
+float64: mean = s + sum(d)/M, M2 = sum(d^2) - sum(d)^2/M, var = M2/M. The normalization reuses d:
+xhat = (d - (mean - s)) / sqrt(var + eps), never subtracting two large numbers.
+
 Distributed (synchronized) batch norm
 -------------------------------------
-The statistics are sums over the batch, so a data-parallel SyncBatchNorm only has to sum a few
-per-channel arrays across ranks. Both places take the same hook, ``reduce``: a callable that gets a
-float64 array and returns the elementwise sum of that array over all ranks (an allreduce; identity
-on one process):
+A data-parallel SyncBatchNorm needs the statistics of the union of the ranks' batches. Two hooks:
 
-  * forward: ``batch_moments(x, reduce)`` passes it ``[sum(x), sum(x^2), M]`` (shape [3, C]) and
-    derives the global mean and biased variance from the result;
-  * backward: ``batch_norm_train(x, weight, bias, mean, var, count, eps, reduce)`` passes it
-    ``[sum(dy), sum(dy * xhat)]`` (shape [2, C]) and uses the global sums and the global count M in
-    dx. dgamma and dbeta stay local (the data-parallel optimizer averages them with the other
-    gradients), as in PyTorch's SyncBatchNorm.
+  * forward: ``gather`` gets this rank's moments [count, mean, M2] (float64, [3, C]) and returns every
+    rank's ([P, 3, C], an allgather; PyTorch's SyncBatchNorm gathers too). ``combine_moments`` merges
+    them by Chan et al.'s parallel formula (Chan, Golub & LeVeque, "Updating formulae and a pairwise
+    algorithm for computing sample variances", 1979), which never forms E[x^2] - E[x]^2:
+        M = sum_r M_r,  mean = sum_r M_r mean_r / M,  M2 = sum_r [M2_r + M_r (mean_r - mean)^2];
+  * backward: ``reduce`` gets a float64 array and returns its elementwise sum over all ranks (an
+    allreduce): ``batch_norm_train`` passes it ``[sum(dy), sum(dy * xhat)]`` ([2, C]) and uses the global
+    sums and the global count M in dx. dgamma and dbeta stay local (the data-parallel optimizer averages
+    them with the other gradients), as in PyTorch's SyncBatchNorm.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
 from minidl.nn.module import Module, Parameter
 from minidl.tensor import Function, Tensor, get_default_dtype
 
-Reduce = Callable[[np.ndarray], np.ndarray]
+Reduce = Callable[[np.ndarray], np.ndarray]  # a float64 array -> its elementwise sum over all ranks
+Gather = Callable[[np.ndarray], np.ndarray]  # this rank's [3, C] moments -> every rank's, [P, 3, C]
+
+
+class Moments(NamedTuple):
+    """Batch statistics per channel: mean and biased var (float64) over ``count`` values, and this rank's
+    shift s [C] and centered input d = x - s (x's dtype), which the normalization reuses."""
+
+    mean: np.ndarray
+    var: np.ndarray
+    count: int
+    shift: np.ndarray
+    centered: np.ndarray
 
 
 def _channel_view(x: np.ndarray) -> np.ndarray:
@@ -57,41 +77,63 @@ def channel_sum(x: np.ndarray, dtype=None) -> np.ndarray:
     return _channel_view(x).sum(axis=2).sum(axis=0, dtype=dtype)
 
 
-def batch_moments(x: np.ndarray, reduce: Reduce | None = None) -> tuple[np.ndarray, np.ndarray, int]:
-    """Per-channel mean and biased variance of x [N, C, *spatial], and the count M they are over.
-
-    Computed from float64 sums [sum(x), sum(x^2), M]; ``reduce`` (see the module docstring) may sum
-    those over ranks first. var = sum(x^2)/M - mean^2, clipped at 0 against rounding. With ``reduce``
-    an empty x (a rank's empty share of the batch) contributes zeros, as in PyTorch's SyncBatchNorm;
-    only an empty global batch is an error (raised on every rank: they all hold the same M).
-    """
+def local_moments(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """This x's per-channel moments [count, mean, M2] ([3, C], float64), by the shifted two-pass method of
+    the module docstring; also the shift s [C] and d = x - s (x's dtype) for the normalization to reuse.
+    An empty x (a rank's empty share of a SyncBatchNorm batch) has count 0, mean 0, M2 0."""
     count = x.size // x.shape[1]
-    if count == 0 and reduce is None:
+    shift = (channel_sum(x, np.float64) / max(count, 1)).astype(x.dtype)
+    d = x - _per_channel(shift, x.ndim)
+    sum_d = channel_sum(d, np.float64)
+    sum_d2 = channel_sum(np.square(d), np.float64)
+    mean_d = sum_d / max(count, 1)
+    m2 = np.maximum(sum_d2 - sum_d * mean_d, 0.0)  # sum (d - mean_d)^2, clipped at 0 against rounding
+    moments = np.stack([np.full(x.shape[1], float(count)), shift + mean_d, m2])
+    return moments, shift, d
+
+
+def combine_moments(table: np.ndarray) -> tuple[int, np.ndarray, np.ndarray]:
+    """Every rank's moments [P, 3, C] -> (M, mean [C], M2 [C]) of the union, by Chan et al.'s formula
+    (module docstring). The weighted mean is taken relative to the largest part's mean, so nothing
+    large is summed; every rank gets the same table and so the same result."""
+    counts, means, m2s = table[:, 0], table[:, 1], table[:, 2]
+    m = counts[:, 0].sum()
+    if m == 0:
+        return 0, means[0], m2s[0]
+    ref = means[int(np.argmax(counts[:, 0]))]
+    mean = ref + (counts * (means - ref)).sum(axis=0) / m
+    m2 = m2s.sum(axis=0) + (counts * np.square(means - mean)).sum(axis=0)
+    return int(m), mean, m2
+
+
+def batch_moments(x: np.ndarray, gather: Gather | None = None) -> Moments:
+    """Per-channel mean and biased variance (float64) of x [N, C, *spatial], over the count M of values.
+
+    ``gather`` (see the module docstring) brings every rank's moments, so the statistics are those of
+    all ranks' batches; an empty x then contributes zero counts, as in PyTorch's SyncBatchNorm, and only
+    an empty global batch is an error (raised on every rank: they all hold the same M).
+    """
+    if x.size == 0 and gather is None:
         raise ValueError(f"batch_norm: empty input of shape {x.shape}")
-    sums = np.stack(
-        [
-            channel_sum(x, np.float64),
-            channel_sum(np.square(x), np.float64),
-            np.full(x.shape[1], count, dtype=np.float64),
-        ]
-    )
-    if reduce is not None:
-        sums = reduce(sums)
-    s, ss, m = sums
-    if m[0] == 0:
+    moments, shift, d = local_moments(x)
+    if gather is None:
+        count, mean, m2 = int(moments[0, 0]), moments[1], moments[2]
+    else:
+        count, mean, m2 = combine_moments(gather(moments))
+    if count == 0:
         raise ValueError(f"batch_norm: empty input on every rank (this rank's has shape {x.shape})")
-    mean = s / m
-    var = np.maximum(ss / m - mean * mean, 0.0)
-    return mean.astype(x.dtype), var.astype(x.dtype), int(m[0])
+    return Moments(mean, m2 / count, count, shift, d)
 
 
 class BatchNormTrainFunction(Function):
-    """y = gamma * (x - mean) / sqrt(var + eps) + beta with batch statistics (mean, var over ``count``
-    values, possibly across ranks) given; backward by the closed form in the module docstring."""
+    """y = gamma * (x - mean) / sqrt(var + eps) + beta with batch statistics (``Moments``: mean, var over
+    ``count`` values, possibly across ranks) given; backward by the closed form in the module docstring."""
 
-    def forward(self, x, weight=None, bias=None, *, mean, var, count, eps, reduce=None):
-        invstd = 1.0 / np.sqrt(var + np.asarray(eps, dtype=var.dtype))
-        xhat = x - _per_channel(mean, x.ndim)
+    def forward(self, x, weight=None, bias=None, *, stats: Moments, eps, reduce=None):
+        invstd = (1.0 / np.sqrt(stats.var + eps)).astype(x.dtype)
+        # xhat = (d - (mean - s)) * invstd with d = x - s: small numbers only (module docstring). d is ours.
+        xhat = stats.centered
+        xhat -= _per_channel((stats.mean - stats.shift).astype(x.dtype), x.ndim)
         xhat *= _per_channel(invstd, x.ndim)
         if weight is None:
             y = xhat.copy()
@@ -99,15 +141,16 @@ class BatchNormTrainFunction(Function):
             y = xhat * _per_channel(weight, x.ndim)
             y += _per_channel(bias, x.ndim)
         self.save_for_backward(xhat, invstd, weight)
-        self.count, self.reduce = count, reduce
+        self.count, self.reduce = stats.count, reduce
         return y
 
     def backward(self, g):
         xhat, invstd, weight = self.saved_tensors
-        sums = np.stack([channel_sum(g), channel_sum(g * xhat)])  # [sum(dy), sum(dy * xhat)]
-        dbeta, dgamma = sums
+        sums = np.stack([channel_sum(g, np.float64), channel_sum(g * xhat, np.float64)])  # [sum dy, sum dy xhat]
+        dbeta, dgamma = sums.astype(g.dtype)
         if self.reduce is not None:
-            sums = self.reduce(sums.astype(np.float64)).astype(g.dtype)
+            sums = self.reduce(sums)
+        sums = sums.astype(g.dtype)
         dx = None
         if self.needs_input_grad[0]:
             nd = g.ndim
@@ -125,15 +168,14 @@ def batch_norm_train(
     x: Tensor,
     weight: Tensor | None,
     bias: Tensor | None,
-    mean: np.ndarray,
-    var: np.ndarray,
-    count: int,
+    stats: Moments,
     eps: float = 1e-5,
     reduce: Reduce | None = None,
 ) -> Tensor:
-    """Normalize x with given batch statistics (from ``batch_moments``); ``reduce`` sums the backward's
-    per-channel sums across ranks (SyncBatchNorm), None on one process."""
-    kw = {"mean": mean, "var": var, "count": count, "eps": eps, "reduce": reduce}
+    """Normalize x with its batch statistics (``batch_moments(x.data, ...)``, whose centered input it
+    takes over); ``reduce`` sums the backward's per-channel sums across ranks (SyncBatchNorm), None on one
+    process."""
+    kw = {"stats": stats, "eps": eps, "reduce": reduce}
     if weight is None:
         return BatchNormTrainFunction.apply(x, **kw)
     return BatchNormTrainFunction.apply(x, weight, bias, **kw)
@@ -149,12 +191,14 @@ def batch_norm(
     momentum: float | None = 0.1,
     eps: float = 1e-5,
     num_batches_tracked: np.ndarray | None = None,
+    gather: Gather | None = None,
     reduce: Reduce | None = None,
 ) -> Tensor:
     """PyTorch's F.batch_norm: batch statistics when ``training`` (updating the running arrays in place,
-    if given), else the running statistics. x is [N, C] or [N, C, *spatial].
+    if given, with float64 arithmetic), else the running statistics. x is [N, C] or [N, C, *spatial].
 
     ``momentum=None`` gives the cumulative average (factor 1 / num_batches_tracked), as PyTorch.
+    ``gather`` and ``reduce``: SyncBatchNorm's hooks (module docstring); None on one process.
     """
     if x.ndim < 2:
         raise ValueError(f"batch_norm: expected an input [N, C, ...] with at least 2 dimensions, got shape {x.shape}")
@@ -165,9 +209,10 @@ def batch_norm(
         if a is not None and tuple(a.shape) != (c,):
             raise ValueError(f"batch_norm: {name} must have shape ({c},) for input of shape {x.shape}, got {a.shape}")
     if training:
-        mean, var, count = batch_moments(x.data, reduce)
+        stats = batch_moments(x.data, gather)
+        count = stats.count
         if count < 2:
-            over_ranks = f" ({count} over all ranks)" if reduce is not None else ""
+            over_ranks = f" ({count} over all ranks)" if gather is not None else ""
             raise ValueError(
                 f"batch_norm: expected more than 1 value per channel when training, got input shape "
                 f"{x.shape}{over_ranks}"
@@ -176,19 +221,18 @@ def batch_norm(
             if num_batches_tracked is not None:
                 num_batches_tracked += 1
             f = momentum if momentum is not None else 1.0 / float(num_batches_tracked)
-            running_mean *= 1 - f
-            running_mean += f * mean
-            running_var *= 1 - f
-            running_var += (f * count / (count - 1)) * var
-        return batch_norm_train(x, weight, bias, mean, var, count, eps, reduce)
+            running_mean[...] = (1 - f) * running_mean + f * stats.mean  # in float64, stored in its dtype
+            running_var[...] = (1 - f) * running_var + (f * count / (count - 1)) * stats.var  # unbiased
+        return batch_norm_train(x, weight, bias, stats, eps, reduce)
     if running_mean is None or running_var is None:
         raise ValueError("batch_norm: evaluation mode needs running_mean and running_var")
-    # y = x * scale + shift, scale = gamma / sqrt(running_var + eps), shift = beta - running_mean * scale
-    invstd = Tensor(1.0 / np.sqrt(running_var + np.asarray(eps, dtype=running_var.dtype)))
+    # y = (x - running_mean) * scale + beta, scale = gamma / sqrt(running_var + eps): subtracting the mean
+    # first keeps a large mean from cancelling in x * scale + (beta - running_mean * scale).
+    invstd = Tensor((1.0 / np.sqrt(running_var.astype(np.float64) + eps)).astype(running_var.dtype))
     scale = invstd if weight is None else weight * invstd
-    shift = -Tensor(running_mean) * scale if bias is None else bias - Tensor(running_mean) * scale
     shape = (1, c) + (1,) * (x.ndim - 2)
-    return x * scale.reshape(shape) + shift.reshape(shape)
+    y = (x - Tensor(running_mean.reshape(shape))) * scale.reshape(shape)
+    return y if bias is None else y + bias.reshape(shape)
 
 
 class _BatchNorm(Module):
@@ -238,7 +282,7 @@ class _BatchNorm(Module):
         if problem is not None:
             raise ValueError(f"{type(self).__name__}({self.num_features}): {problem}")
 
-    def forward(self, x: Tensor, reduce: Reduce | None = None) -> Tensor:
+    def forward(self, x: Tensor, gather: Gather | None = None, reduce: Reduce | None = None) -> Tensor:
         self.check_input(x)
         use_batch_stats = self.training or not self.track_running_stats
         update = self.training and self.track_running_stats
@@ -252,6 +296,7 @@ class _BatchNorm(Module):
             self.momentum,
             self.eps,
             self.num_batches_tracked if update else None,
+            gather,
             reduce,
         )
 

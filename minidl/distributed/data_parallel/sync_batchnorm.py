@@ -4,15 +4,22 @@ Plain ``BatchNorm2d`` in a data-parallel job normalizes with each rank's batch o
 statistics (and their noise) are those of b, whatever P is. Goyal et al. (2017) keep it that way on
 purpose (b = 32 per worker, so BN behaves as in small-batch training). With very small per-rank
 batches the statistics get too noisy; with a very large batch normalized as a whole they get too
-smooth - the large-batch trouble the Dell team met scaling ResNet-50 on CPUs (Hemsoth, "Scaling with Accuracy on CPU-Only HPC Infrastructure", 2018). SyncBatchNorm
+smooth - the large-batch trouble the Dell team met scaling ResNet-50 on CPUs (Hemsoth, "Scaling with
+Accuracy on CPU-Only HPC Infrastructure", The Next Platform, 2018). SyncBatchNorm
 makes the choice explicit: the statistics are those of the global batch P*b, so P ranks compute
 exactly what one process with batch P*b computes.
 
-The statistics are sums, so synchronizing them costs one tiny allreduce per layer and direction
-(``minidl.nn.norm`` exposes the ``reduce`` hook both use):
+Synchronizing costs one small collective per layer and direction (``minidl.nn.norm`` exposes the
+``gather`` and ``reduce`` hooks):
 
-    forward:  [sum x, sum x^2, count]  per channel, summed over ranks -> global mean and variance
-    backward: [sum dy, sum dy * xhat]  per channel, summed over ranks -> dx as for the global batch
+    forward:  [count, mean, M2] per channel, gathered from every rank (an allgather of 3C numbers,
+              as PyTorch's SyncBatchNorm does) and merged by Chan et al.'s parallel formula (Chan, Golub
+              & LeVeque, "Updating formulae and a pairwise algorithm for computing sample variances",
+              1979) -> the global mean and variance, as accurate as one process's. Summing [sum x,
+              sum x^2] instead would be one allreduce, but E[x^2] - E[x]^2 loses every digit when the
+              mean is large against the spread.
+    backward: [sum dy, sum dy * xhat] per channel, summed over ranks (an allreduce) -> dx as for the
+              global batch
 
 dgamma and dbeta stay per rank; the DistributedOptimizer averages them with the other gradients.
 Every rank must run forward and backward of every SyncBatchNorm layer in the same order (they
@@ -24,10 +31,9 @@ Ranks with unusual inputs:
   PyTorch's SyncBatchNorm, and gets an empty output; only an empty global batch is an error;
 * a rank whose input cannot be normalized with the others' (wrong channels or dimensions, or a
   dtype other than the other ranks') must not raise on its own: the others would wait in the
-  allreduce forever. So the forward's allreduce carries three more numbers, summed over ranks:
-  [number of bad inputs, sum of dtype codes c, sum of c^2] (the codes agree iff their variance is
-  0: P * sum(c^2) == (sum c)^2). Good inputs cost no extra message; otherwise every rank gathers
-  each rank's input description and raises the same ``MismatchError`` naming the ranks and problems.
+  allgather forever. So each rank's row of the forward's allgather also describes its input
+  [bad?, dtype code, ndim, first 6 dims]: every rank sees every rank's input, checks them all the
+  same way and raises the same ``MismatchError`` naming the ranks and problems. No extra message.
 """
 
 from __future__ import annotations
@@ -77,40 +83,36 @@ class SyncBatchNorm(_BatchNorm):
         if comm.Get_size() == 1 or not batch_statistics:
             return super().forward(x)  # no communication: a bad input may raise on its own rank
         problem = self.input_problem(tuple(x.shape))
-        statistics_checked = False
 
-        def reduce(sums: np.ndarray) -> np.ndarray:
-            nonlocal statistics_checked
-            if statistics_checked:  # the backward's [sum dy, sum dy * xhat]
-                return allreduce(comm, np.ascontiguousarray(sums), self.algorithm, "sum")
-            statistics_checked = True  # the forward's [sum x, sum x^2, M], with every rank's input checked
-            return self._allreduce_checking_inputs(comm, sums, x, problem)
+        def gather(moments: np.ndarray) -> np.ndarray:  # the forward's [count, mean, M2] of every rank
+            return self._gather_checking_inputs(comm, moments, x, problem)
 
-        if problem is not None:  # join the other ranks' statistics allreduce (with zeros); it raises everywhere
-            reduce(np.zeros((3, self.num_features)))
-        return super().forward(x, reduce=reduce)
+        def reduce(sums: np.ndarray) -> np.ndarray:  # the backward's [sum dy, sum dy * xhat], summed
+            return allreduce(comm, np.ascontiguousarray(sums), self.algorithm, "sum")
 
-    def _allreduce_checking_inputs(self, comm: Any, sums: np.ndarray, x: Tensor, problem: str | None) -> np.ndarray:
-        """The allreduce of the forward's sums [3, C], which also tells every rank whether any rank's input
-        is bad or the dtypes differ (see the module docstring); if so, every rank raises the same error."""
-        code = float(ord(x.dtype.char))
-        status = np.array([problem is not None, code, code * code])
-        total = allreduce(comm, np.concatenate([sums.reshape(-1), status]), self.algorithm, "sum")
-        sums, (bad, sum_c, sum_c2) = total[:-3].reshape(sums.shape), total[-3:]
-        if bad > 0 or comm.Get_size() * sum_c2 != sum_c * sum_c:
-            self._raise_input_mismatch(comm, x)
-        return sums
+        if problem is not None:  # join the other ranks' allgather (with zeros); it raises everywhere
+            gather(np.zeros((3, self.num_features)))
+        return super().forward(x, gather=gather, reduce=reduce)
 
-    def _raise_input_mismatch(self, comm: Any, x: Tensor) -> None:
-        """Gather every rank's input (ndim, dtype code, shape's first dims) and raise naming the bad ones."""
+    def _gather_checking_inputs(self, comm: Any, moments: np.ndarray, x: Tensor, problem: str | None) -> np.ndarray:
+        """Every rank's moments [P, 3, C], gathered with a description of every rank's input; if any is
+        bad or the dtypes differ, every rank raises the same error (see the module docstring)."""
+        row = np.zeros(moments.size + 3 + _SHAPE_DIMS)
+        row[: moments.size] = moments.reshape(-1)
+        row[moments.size : moments.size + 3] = [problem is not None, ord(x.dtype.char), x.ndim]
+        row[moments.size + 3 : moments.size + 3 + min(x.ndim, _SHAPE_DIMS)] = x.shape[:_SHAPE_DIMS]
+        table = _allgather(comm, row, self.algorithm)
+        inputs = table[:, moments.size :].astype(np.int64)
+        if inputs[:, 0].any() or len(set(inputs[:, 1].tolist())) > 1:
+            self._raise_input_mismatch(inputs)
+        return table[:, : moments.size].reshape((-1,) + moments.shape)
+
+    def _raise_input_mismatch(self, inputs: np.ndarray) -> None:
+        """Raise naming every bad rank's input and the dtypes; ``inputs`` is [P, (bad, dtype code, ndim, dims)]."""
         import collectives
 
-        row = np.zeros(2 + _SHAPE_DIMS, dtype=np.int64)
-        row[0], row[1] = x.ndim, ord(x.dtype.char)
-        row[2 : 2 + min(x.ndim, _SHAPE_DIMS)] = x.shape[:_SHAPE_DIMS]
-        table = collectives.allgather(comm, row)
         lines = []
-        for r, (ndim, _, *dims) in enumerate(table.tolist()):
+        for r, (_, _, ndim, *dims) in enumerate(inputs.tolist()):
             shape = tuple(dims[:ndim]) if ndim <= _SHAPE_DIMS else None
             problem = (
                 self.input_problem(shape)
@@ -120,7 +122,7 @@ class SyncBatchNorm(_BatchNorm):
             if problem is not None:
                 lines.append(f"rank {r}: {problem}")
         dtypes: dict[str, list[int]] = {}
-        for r, code in enumerate(table[:, 1].tolist()):
+        for r, code in enumerate(inputs[:, 1].tolist()):
             dtypes.setdefault(np.dtype(chr(code)).name, []).append(r)
         if len(dtypes) > 1:
             lines.append(
@@ -137,6 +139,19 @@ class SyncBatchNorm(_BatchNorm):
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, algorithm={self.algorithm!r}"
+
+
+def _allgather(comm: Any, row: np.ndarray, algorithm: str) -> np.ndarray:
+    """Every rank's row [P, n]: MPI's own Allgather for algorithm "mpi", else the collectives' ring (or
+    recursive doubling, for the allreduce algorithms built on it)."""
+    if algorithm == "mpi":
+        table = np.empty((comm.Get_size(), row.size), row.dtype)
+        comm.Allgather(row, table)
+        return table
+    import collectives
+
+    doubling = algorithm in ("recursive_doubling", "rabenseifner")
+    return collectives.allgather(comm, row, "recursive_doubling" if doubling else "ring")
 
 
 def convert_sync_batchnorm(module: Module, algorithm: str = "ring", comm: Any = None) -> Module:

@@ -85,8 +85,9 @@ class ZeroOptimizer:
         self.params = [p for g in optimizer.param_groups for p in g["params"]]
         if len({p.data.dtype for p in self.params}) != 1:
             raise ValueError("not supported: ZeRO over parameters of several dtypes (one flat vector per dtype)")
-        # The packed layout of DistributedOptimizer's single fusion bucket: gradients, then presence flags.
-        (self.bucket,) = plan_buckets(self.params, fusion_bytes=2**62)
+        # The packed layout of DistributedOptimizer's single fusion bucket (parameters in reverse order of the
+        # forward, then presence flags), so that the reduce-scatter adds each element as its allreduce does.
+        (self.bucket,) = plan_buckets(reversed(self.params), fusion_bytes=2**62)
         rank, size = self.comm.Get_rank(), self.comm.Get_size()
         self.bounds = block_bounds(self.bucket.length, size)
         self.lo, self.hi = self.bounds[rank], min(self.bounds[rank + 1], self.bucket.numel)
@@ -177,8 +178,9 @@ class ZeroOptimizer:
     def gather(self, params: list[Tensor]) -> None:
         """Allgather the shards covering ``params`` (a contiguous run of the flat vector) into them."""
         index = {id(p): i for i, p in enumerate(self.bucket.params)}
-        first, last = index[id(params[0])], index[id(params[-1])]
-        if [index[id(p)] for p in params] != list(range(first, last + 1)):
+        positions = sorted(index[id(p)] for p in params)
+        first, last = positions[0], positions[-1]
+        if positions != list(range(first, last + 1)):
             raise ValueError("ZeRO stage 3: a unit's parameters must be consecutive in the model's parameter order")
         a = self.bucket.offsets[first]
         b = self.bucket.offsets[last] + self.bucket.params[last].data.size

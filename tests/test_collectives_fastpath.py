@@ -1,0 +1,75 @@
+"""fastpath.py: the short checked allreduce by a cached plan sends exactly the general path's messages
+and returns the same bits; plans follow the cost parameters and their communicator."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import array_shapes
+
+import collectives
+from collectives import cost, fastpath
+from collectives.dispatch import ALLREDUCE
+from collectives.testing import SUPPORTED_KINDS, rank_data
+
+
+def record(p, fn):
+    res = collectives.simulate(p, fn)
+    return list(res), sorted((m.step, m.source, m.dest, m.tag, m.nbytes, m.arrival) for m in res.messages)
+
+
+@settings(max_examples=60)
+@given(
+    p=st.integers(2, 8),
+    dtype=st.sampled_from(["int8", "uint64", "float16", "float32", "complex128", "bool"]),
+    shape=array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=5),
+    opname=st.sampled_from(["sum", "max", "lxor", "bor"]),
+    seed=st.integers(0, 1000),
+)
+def test_fast_path_sends_the_general_paths_messages_and_returns_its_bits(p, dtype, shape, opname, seed):
+    kind = np.dtype(dtype).kind
+    op = (
+        opname
+        if opname in ("lxor", "bor") and kind in "biu"
+        else next(o for o in SUPPORTED_KINDS if kind in SUPPORTED_KINDS[o])
+    )
+    xs = [rank_data(seed, r, shape, dtype, op) for r in range(p)]
+    fast, fast_messages = record(p, lambda comm: collectives.allreduce(comm, xs[comm.Get_rank()], op))
+    general, general_messages = record(
+        p, lambda comm: ALLREDUCE["recursive_doubling"](comm, xs[comm.Get_rank()], op, True)
+    )
+    assert fast_messages == general_messages
+    for a, b, x in zip(fast, general, xs):
+        assert a.tobytes() == b.tobytes() and a.shape == b.shape == x.shape and a.dtype == x.dtype
+        assert not np.shares_memory(a, x)
+
+
+def test_the_plan_is_used_and_follows_the_cost_parameters():
+    fastpath._plans.clear()
+    x = np.ones(64, np.float32)
+    collectives.simulate(4, lambda comm: collectives.allreduce(comm, x))
+    plans = [plan for plan in fastpath._plans.values() if plan is not None]
+    assert len(plans) == 4 and all(plan.size == 64 for plan in plans)
+    before = cost.get_params()
+    try:  # bandwidth-bound parameters: "auto" now picks another algorithm, and the plans step aside
+        cost.set_params(cost.CostParams(1e-12, 1e-3, 1e-3))
+        res = collectives.simulate(4, lambda comm: collectives.allreduce(comm, x))
+        assert {m.tag for m in res.messages} != {1}  # not the handshake alone
+        assert all(np.array_equal(r, np.full(64, 4.0)) for r in res)
+    finally:
+        cost.set_params(before)
+
+
+@pytest.mark.parametrize("p", [2, 3, 4, 6])
+def test_fast_path_mismatches_raise_on_every_rank(p):
+    def fn(comm):
+        odd = comm.Get_rank() == p - 1
+        for _ in range(2):  # the second call runs on the plans made by the first
+            try:
+                collectives.allreduce(comm, np.ones(8, np.int32 if odd else np.float32))
+            except collectives.MismatchError as e:
+                out = str(e)
+        return out
+
+    res = collectives.simulate(p, fn)
+    assert len(set(res)) == 1 and f"ranks [{p - 1}]" in res[0]
