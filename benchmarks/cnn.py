@@ -8,14 +8,19 @@ A step is what training does:
     forward, F.cross_entropy over [B, 10] logits, backward, SGD(lr=0.1, momentum=0.9).step()
 
 Each framework runs in its own subprocess (so peak RSS is its own) with OMP/OpenBLAS/MKL threads = 1
-and ``torch.set_num_threads(1)``. The two alternate for ``--rounds`` rounds and each reports its median
-step time; the best round of each counts (on a shared machine, load only ever slows a round down).
-Prints images/s of both, the ratio and peak RSS.
+and ``torch.set_num_threads(1)``. The two alternate for ``--rounds`` rounds (>= 5), each round reporting
+its median step time; printed are the median over rounds with their spread (min-max), the ratio of the
+medians, the ratio within each round (min-max) and peak RSS.
+
+``--layers`` times single convolution layers instead (forward + backward, input and weight gradients),
+ResNet-50-shaped (1x1 and 3x3 at 56x56x64, 28x28x128, 14x14x256, 7x7x512) and ResNet-20-shaped, for
+each of minidl's algorithms and "auto" beside torch.nn.functional.conv2d, interleaved, in one process.
 
     python benchmarks/cnn.py                    # batch 64, both frameworks
     python benchmarks/cnn.py --batch 128 --steps 20
     python benchmarks/cnn.py --quick            # a few small steps (CI smoke run)
     python benchmarks/cnn.py --profile          # minidl only, with a cProfile of the step
+    python benchmarks/cnn.py --layers           # per-layer times, every algorithm against PyTorch
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import os
 import sys
 
 import numpy as np
-from harness import peak_rss_mb, spawn, time_steps  # sets the BLAS thread counts; import NumPy after it
+from harness import peak_rss_mb, report, spawn, time_steps  # sets the BLAS thread counts; import NumPy after it
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -148,13 +153,19 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--steps", type=int, default=10, help="timed training steps")
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per framework; the best counts")
+    parser.add_argument("--rounds", type=int, default=5, help="alternating rounds per framework (medians over them)")
     parser.add_argument("--depth", type=int, default=20, help="ResNet depth, 6n + 2")
     parser.add_argument("--image", type=int, default=32, help="image side in pixels")
     parser.add_argument("--quick", action="store_true", help="batch 8, 2 steps: a smoke run")
     parser.add_argument("--profile", action="store_true", help="cProfile the minidl step (minidl only)")
+    parser.add_argument("--layers", action="store_true", help="time single conv layers (ResNet-50 and -20 shapes)")
     parser.add_argument("--child", choices=["minidl", "torch"], help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.layers:
+        from conv_layers import main as layers_main
+
+        layers_main(quick=args.quick or os.environ.get("MINIDL_QUICK") == "1", repeats=max(args.rounds, 5))
+        return
     if args.quick or os.environ.get("MINIDL_QUICK") == "1":
         args.batch, args.steps, args.warmup, args.rounds = min(args.batch, 8), min(args.steps, 2), 1, 1
     if args.child:
@@ -162,7 +173,7 @@ def main() -> None:
         return
     print(
         f"ResNet-{args.depth} on {args.image}x{args.image}x3, batch {args.batch}, SGD momentum 0.9; "
-        f"median of {args.steps} timed steps after {args.warmup} warm-up, best of {args.rounds} rounds, 1 thread"
+        f"median of {args.steps} timed steps after {args.warmup} warm-up per round, {args.rounds} interleaved rounds, 1 thread"
     )
     try:
         import torch  # noqa: F401
@@ -171,22 +182,10 @@ def main() -> None:
     except ImportError:
         impls = ["minidl"]
         print("PyTorch not installed: timing minidl only")
-    results: dict[str, dict | None] = {name: None for name in impls}
+    rounds: list[dict[str, dict | None]] = []
     for _ in range(1 if args.profile else args.rounds):
-        for name in impls:
-            r = _spawn(name, args)
-            best = results[name]
-            if r is not None and (best is None or r["images_per_s"] > best["images_per_s"]):
-                results[name] = r
-    for name, r in results.items():
-        if r:
-            print(
-                f"{name:>7}: {r['images_per_s']:8.1f} images/s  {r['ms_per_step']:7.1f} ms/step  "
-                f"peak RSS {r['peak_rss_mb']:6.0f} MB  (last loss {r['loss']:.3f})"
-            )
-    if results.get("minidl") and results.get("torch"):
-        ratio = results["minidl"]["images_per_s"] / results["torch"]["images_per_s"]
-        print(f"  ratio: minidl / torch = {ratio:.2f}x images/s (target >= 0.6x)")
+        rounds.append({name: _spawn(name, args) for name in impls})
+    report(rounds, impls, "images_per_s", "images/s", target=0.8)
 
 
 if __name__ == "__main__":

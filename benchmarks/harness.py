@@ -48,3 +48,32 @@ def spawn(script: str, argv: list[str]) -> dict | None:
         print(f"{os.path.basename(script)} {' '.join(argv)}: failed (exit {proc.returncode})", file=sys.stderr)
         return None
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def median_spread(values: list[float]) -> str:
+    """'median (min-max)' of a list of numbers, for a benchmark's printed line."""
+    v = sorted(values)
+    med = v[len(v) // 2] if len(v) % 2 else 0.5 * (v[len(v) // 2 - 1] + v[len(v) // 2])
+    return f"{med:,.1f} ({v[0]:,.1f}-{v[-1]:,.1f})"
+
+
+def report(rounds: list[dict[str, dict | None]], impls: list[str], key: str, unit: str, target: float) -> None:
+    """Print each implementation's median ``key`` over the rounds with its spread and peak RSS, then the
+    minidl / torch ratio of the medians and the spread of the per-round ratios (rounds were interleaved)."""
+    import statistics
+
+    for name in impls:
+        rs = [r[name] for r in rounds if r.get(name)]
+        if rs:
+            rss = max(r["peak_rss_mb"] for r in rs)
+            print(
+                f"{name:>7}: {median_spread([r[key] for r in rs])} {unit} over {len(rs)} rounds, peak RSS {rss:,.0f} MB"
+            )
+    both = [(r["minidl"][key], r["torch"][key]) for r in rounds if r.get("minidl") and r.get("torch")]
+    if both:
+        ratio = statistics.median(a for a, _ in both) / statistics.median(b for _, b in both)
+        per_round = sorted(a / b for a, b in both)
+        print(
+            f"  ratio minidl / torch: {ratio:.2f}x {unit} (per round {per_round[0]:.2f}-{per_round[-1]:.2f}x; "
+            f"target >= {target}x)"
+        )

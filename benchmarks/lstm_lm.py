@@ -8,8 +8,9 @@ BPTT window T=20, batch B=20, so one step trains on T*B = 400 words. A step is w
 
 Each framework runs in its own subprocess (so peak RSS is its own) with OMP/OpenBLAS/MKL threads = 1
 and ``torch.set_num_threads(1)``. Words/s come from the median step time of a run, in wall-clock and in
-CPU seconds of the process; the two frameworks run alternately ``--repeats`` times and each keeps its
-best run. Prints words/s of both, the ratio and peak RSS.
+CPU seconds of the process; the two frameworks run alternately ``--repeats`` (>= 5) times. Prints the
+median words/s over the runs with their spread (min-max), in CPU time and wall clock, the ratio of the
+medians, the per-run ratios, and peak RSS.
 
     python benchmarks/lstm_lm.py                 # both, default sizes
     python benchmarks/lstm_lm.py --steps 50 --preset medium
@@ -23,7 +24,7 @@ import json
 import os
 import sys
 
-from harness import peak_rss_mb, spawn, time_steps  # sets the BLAS thread counts; import NumPy after it
+from harness import peak_rss_mb, report, spawn, time_steps  # sets the BLAS thread counts; import NumPy after it
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -92,6 +93,8 @@ def run_minidl(cfg: dict, steps: int, warmup: int, profile: bool) -> dict:
     if profile:
         prof.disable()
         pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(18)
+        if os.environ.get("MINIDL_PROFILE_CALLERS"):
+            pstats.Stats(prof, stream=sys.stderr).print_callers(os.environ["MINIDL_PROFILE_CALLERS"])
     return _result("minidl", times, T * B, loss)
 
 
@@ -167,7 +170,7 @@ def main() -> None:
     parser.add_argument("--preset", default="small", choices=["small", "medium", "large"])
     parser.add_argument("--steps", type=int, default=30, help="timed training steps")
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--repeats", type=int, default=3, help="alternating runs of each; the best is kept")
+    parser.add_argument("--repeats", type=int, default=5, help="alternating runs of each (medians over them)")
     parser.add_argument("--profile", action="store_true", help="cProfile the minidl step (minidl only)")
     parser.add_argument("--child", choices=["minidl", "torch"], help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -178,7 +181,7 @@ def main() -> None:
     cfg = _config(args.preset)
     print(
         f"LSTM LM '{args.preset}': vocab {cfg['vocab_size']}, {cfg['num_layers']} x {cfg['hidden_size']}, "
-        f"T={cfg['num_steps']}, B={cfg['batch_size']}; best of {args.repeats} runs of {args.steps} steps, 1 thread"
+        f"T={cfg['num_steps']}, B={cfg['batch_size']}; {args.repeats} interleaved runs of {args.steps} steps, 1 thread"
     )
     impls = ["minidl"]
     try:
@@ -188,27 +191,13 @@ def main() -> None:
             impls.append("torch")
     except ImportError:
         print("PyTorch not installed: timing minidl only")
-    # Alternate the two, `repeats` times, and keep each one's best run: on a shared machine the load
-    # changes from minute to minute, and interleaving exposes both to the same conditions.
-    results: dict[str, dict | None] = {name: None for name in impls}
-    for _ in range(args.repeats):
-        for name in impls:
-            r = _spawn(name, args)
-            if r and (results[name] is None or r["cpu_words_per_s"] > results[name]["cpu_words_per_s"]):
-                results[name] = r
-    for name, r in results.items():
-        if r:
-            print(
-                f"{name:>7}: {r['cpu_words_per_s']:7.0f} words/CPU-s ({r['cpu_ms_per_step']:6.1f} ms)   "
-                f"{r['words_per_s']:7.0f} words/s wall ({r['ms_per_step']:6.1f} ms)   "
-                f"peak RSS {r['peak_rss_mb']:5.0f} MB   last loss {r['loss']:.3f}"
-            )
-    if results.get("minidl") and results.get("torch"):
-        m, t = results["minidl"], results["torch"]
-        print(
-            f"  ratio minidl / torch: {m['cpu_words_per_s'] / t['cpu_words_per_s']:.2f}x (CPU time), "
-            f"{m['words_per_s'] / t['words_per_s']:.2f}x (wall clock)"
-        )
+    # Alternate the two, `repeats` times: on a shared machine the load changes from minute to minute,
+    # and interleaving exposes both to the same conditions.
+    rounds = [{name: _spawn(name, args) for name in impls} for _ in range(args.repeats)]
+    print("CPU time (the process's own CPU seconds: the fairer number on a shared machine):")
+    report(rounds, impls, "cpu_words_per_s", "words/CPU-s", target=1.1)
+    print("wall clock:")
+    report(rounds, impls, "words_per_s", "words/s", target=1.1)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ exact), the time relative to MPI.Allreduce, and the cost model's prediction (agr
 included). The "mpi" row is MPI's own Allreduce, the yardstick.
 
     mpiexec -n 4 python -m collectives.bench --sizes 1K,1M,16M --algorithms auto,ring --json
+    mpiexec -n 2 python -m collectives.bench --torch-gloo     # + torch.distributed's gloo all_reduce column
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ def run(
     check: bool = True,
     repeats: int | None = None,
     echo: bool = True,
+    gloo: dict[int, float] | None = None,
 ) -> list[dict]:
     """Benchmark rows (dicts) for every size and algorithm; rank 0 prints each row as it comes when ``echo``."""
     from mpi4py import MPI
@@ -118,6 +120,8 @@ def run(
                     "repeats": reps,
                 }
             )
+            if gloo and name == "mpi" and nbytes in gloo:  # the torch-gloo column, on MPI's own row
+                rows[-1]["gloo_us"] = gloo[nbytes] * 1e6
             if rank == 0 and echo:
                 print(format_row(rows[-1]), flush=True)
     return rows
@@ -134,7 +138,70 @@ def format_row(r: dict) -> str:
     return (
         f"{human(r['size']):>8} {r['count']:>10} {r['dtype']:>8} {r['algorithm']:>28} {r['time_us']:11.1f} "
         f"{r['algbw_GBps']:7.2f} {r['busbw_GBps']:7.2f} {r['wrong']:>6} {r['x_mpi_time']:6.2f} {model}"
+        + (f"  torch gloo {r['gloo_us']:.1f} us = {r['gloo_us'] / r['time_us']:.2f}x MPI" if "gloo_us" in r else "")
     )
+
+
+# ----------------------------------------------------------------------------- the torch-gloo column
+def gloo_worker(sizes: list[int], dtype: np.dtype, repeats: int | None) -> dict:
+    """One rank of a torch.distributed gloo group (env:// on loopback): median over repeats of the slowest
+    rank's all_reduce time per size; rank 0 prints {size: seconds} as JSON."""
+    import torch
+    import torch.distributed as tdist
+
+    torch.set_num_threads(1)
+    tdist.init_process_group("gloo", init_method="env://")
+    medians = {}
+    for nbytes in sizes:
+        x = torch.ones(nbytes // dtype.itemsize, dtype=getattr(torch, dtype.name))
+        reps = repeats or int(np.clip(3e8 / max(nbytes, 1), 15, 200))
+        tdist.all_reduce(x)  # warm up: connections, first touch
+        times = torch.empty(reps, dtype=torch.float64)
+        for i in range(reps):
+            tdist.barrier()
+            t0 = time.perf_counter()
+            tdist.all_reduce(x)
+            times[i] = time.perf_counter() - t0
+        tdist.all_reduce(times, op=tdist.ReduceOp.MAX)
+        medians[nbytes] = float(times.median())
+    if tdist.get_rank() == 0:
+        print(json.dumps(medians), flush=True)
+    tdist.destroy_process_group()
+    return medians
+
+
+def gloo_times(comm, args) -> dict[int, float]:
+    """Rank 0 runs a gloo group of p processes (loopback) over the sizes while the MPI ranks wait without
+    spinning; every rank gets {size: seconds} ({} when torch is missing or the group failed)."""
+    import os
+    import socket
+    import subprocess
+
+    result: dict[int, float] = {}
+    if comm.Get_rank() == 0:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        p = comm.Get_size()
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI", "HYDRA", "MPIR", "MPI_"))}
+        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(p))  # not MPI ranks themselves
+        cmd = [sys.executable, "-m", "collectives.bench", "--gloo-worker", "--sizes", args.sizes, "--dtype", args.dtype]
+        cmd += ["--repeats", str(args.repeats)] if args.repeats else []
+        procs = [subprocess.Popen(cmd, env=dict(env, RANK=str(r)), stdout=subprocess.PIPE, text=True) for r in range(p)]
+        outs = [proc.communicate(timeout=1800)[0] for proc in procs]
+        if all(proc.returncode == 0 for proc in procs) and outs[0].strip():
+            result = {int(k): v for k, v in json.loads(outs[0].strip().splitlines()[-1]).items()}
+        else:
+            print("# torch gloo column skipped: the gloo group failed (is torch installed?)", flush=True)
+    req = comm.Ibarrier()
+    while not req.Test():  # the other ranks sleep here instead of spinning in a blocking call
+        time.sleep(0.01)
+    sizes = np.array(sorted(result.items()) if result else [], dtype=np.float64).reshape(-1, 2)
+    n = np.array([len(sizes)])
+    comm.Bcast(n, root=0)
+    buf = sizes if comm.Get_rank() == 0 else np.empty((int(n[0]), 2))
+    comm.Bcast(buf, root=0)
+    return {int(k): float(v) for k, v in buf}
 
 
 def plot(rows: list[dict], path: str) -> None:
@@ -169,7 +236,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--no-calibrate", action="store_true", help="use the built-in cost parameters for auto")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON (rank 0)")
     parser.add_argument("--plot", metavar="PNG", nargs="?", const="allreduce_bench.png", help="save a figure")
+    parser.add_argument("--torch-gloo", action="store_true", help="add torch.distributed gloo's all_reduce time")
+    parser.add_argument("--gloo-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.gloo_worker:
+        return gloo_worker([parse_size(s) for s in args.sizes.split(",")], np.dtype(args.dtype), args.repeats)
     comm = MPI.COMM_WORLD
     rank, p = comm.Get_rank(), comm.Get_size()
     dtype = np.dtype(args.dtype)
@@ -184,7 +255,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         )
         print("# algbw, busbw in GB/s; xMPI = time / MPI.Allreduce time; model = cost-model prediction")
         print(HEADER, flush=True)
-    rows = run(comm, sizes, algorithms, dtype, not args.no_check, args.repeats, echo=not args.json)
+    gloo = gloo_times(comm, args) if args.torch_gloo else {}
+    rows = run(comm, sizes, algorithms, dtype, not args.no_check, args.repeats, echo=not args.json, gloo=gloo)
     if rank == 0:
         if args.json:
             json.dump({"p": p, "params": params.__dict__, "rows": rows}, sys.stdout, indent=1)

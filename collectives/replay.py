@@ -7,8 +7,15 @@ arrived), Sendrecv posts both and waits for both, Isend/Irecv post and Wait wait
 at time 0. A message starts when both its send and its receive are posted, takes its path's
 latency alpha and then moves its bytes at the rate the network gives it; a reduction of n bytes
 keeps its rank busy n gamma. On ``crossbar`` a message of n bytes takes alpha + n beta exactly,
-so the closed forms of cost.py come out (see tests/test_replay.py for where and why they do not).
-On a network with shared links the flows in flight share them max-min fairly (network.py),
+so the closed forms of cost.py come out: ring, tree, recursive doubling, Rabenseifner and naive to
+1e-9 (tests/test_replay.py). Where the replay and a formula differ, it is on purpose:
+- cost.py's n/p assumes equal blocks; with unequal ones (n not a multiple of p, or of p' for
+  Rabenseifner) the replay lies between the formula for n cut down and padded up to a multiple;
+- naive.gather and naive.scatter post every Irecv (Isend) at once, so on crossbar the root's p - 1
+  messages overlap: alpha + m beta in all, where naive.py's (p - 1)(alpha + m beta) counts them one
+  at a time. On a network where the root has one NIC (switch, fat tree, torus) they share it:
+  alpha + (p - 1) m beta. naive.allreduce receives with Recv in rank order: the formula exactly.
+On a network with shared links the flows in flight share them max-min fairly (flows.py),
 re-shared whenever a flow starts or ends.
 
     t = allreduce_time("ring", 64, 100 << 20, network="10gbe")   # seconds of the slowest rank
@@ -263,23 +270,38 @@ def allreduce_time(
     ``check``: include the agreement check. ``engine``: "events" (replay.py, the reference),
     "rounds" (rounds.py: lockstep schedules only, NotLockstep otherwise) or "auto": rounds from
     p = ROUNDS_FROM on when the schedule is lockstep, else events. Traces and schedules are
-    cached per (algorithm, p, nbytes, dtype, check).
+    cached per (algorithm, p, nbytes, dtype, check), and for a named network the time itself, so that
+    timing a training step's buckets again and again costs nothing.
     """
-    from collectives.dispatch import choose_algorithm
-
     if not isinstance(p, (int, np.integer)) or p < 1:
         raise ValueError(f"allreduce_time: p must be a positive integer, got {p!r}")
     params = params or get_params()
+    frozen = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in options.items()))
+    if isinstance(network, str):  # a named network: the answer is a function of the arguments, remembered
+        return _named_time(algorithm, int(p), int(nbytes), network, params, np.dtype(dtype).str, check, engine, frozen)
+    return _time(algorithm, int(p), int(nbytes), network, params, dtype, check, engine, options)
+
+
+@functools.lru_cache(maxsize=4096)
+def _named_time(algorithm, p, nbytes, network, params, dtype, check, engine, options) -> float:
+    return _time(algorithm, p, nbytes, network, params, dtype, check, engine, dict(options))
+
+
+def _time(algorithm, p, nbytes, network, params, dtype, check, engine, options) -> float:
+    """allreduce_time after its arguments are checked (see there)."""
+    from collectives.dispatch import choose_algorithm
+
     if algorithm == "auto":
         algorithm = choose_algorithm(int(p), int(nbytes), params)[0]
     if engine not in ("auto", "events", "rounds"):
         raise ValueError(f"allreduce_time: unknown engine {engine!r}: expected auto, events or rounds")
-    fabric = get_network(network, params, **options).fabric(int(p))
-    key = (algorithm, int(p), int(nbytes), np.dtype(dtype).str, bool(check))
+    net = get_network(network, params, **options)
+    key = (algorithm, p, nbytes, np.dtype(dtype).str, bool(check))
     if engine == "rounds" or (engine == "auto" and p >= ROUNDS_FROM):
-        schedule = _schedule(*key)
+        schedule = _schedule(*key)  # traces first: they say when p will not fit, before anything is built
         if schedule is not None:
-            return float(replay_rounds(schedule, fabric).max())
+            return float(replay_rounds(schedule, net.fabric(int(p))).max())
         if engine == "rounds":
             raise NotLockstep(f"allreduce_time: {algorithm} on p={p} is not lockstep: use engine='events'")
-    return _Engine(_traces(*key), fabric).replay().time
+    traces = _traces(*key)
+    return _Engine(traces, net.fabric(int(p))).replay().time

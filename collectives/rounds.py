@@ -23,6 +23,7 @@ against the real traces of a sample of ranks, and builds every rank's rounds fro
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,17 +40,29 @@ class NotLockstep(ValueError):
 
 @dataclass
 class Schedule:
-    """Rounds of a lockstep schedule: arrays of shape (K, p) (or (K, 1): the same on every rank)."""
+    """Rounds of a lockstep schedule: arrays of shape (K, p), or (K, 1) when every rank has the same.
+
+    With ``relabel``, dst and src hold rank 0's peers and rank r's are relabel(rank 0's, r, p)
+    (made a round at a time: memory O(p), not O(K p)).
+    """
 
     p: int
     dst: np.ndarray  # the rank each rank sends to in round k
     src: np.ndarray  # the rank each rank receives from
     nbytes: np.ndarray  # bytes each rank sends
     reduced: np.ndarray  # bytes each rank reduces after the round
+    relabel: Callable | None = None
 
     @property
     def rounds(self) -> int:
         return self.dst.shape[0]
+
+    def peers(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """dst and src of every rank in round k, shape (p,)."""
+        if self.relabel is None:
+            return self.dst[k], self.src[k]
+        ranks = np.arange(self.p)
+        return self.relabel(self.dst[k, 0], ranks, self.p), self.relabel(self.src[k, 0], ranks, self.p)
 
 
 def _rounds_of(rows: list[Row], rank: int) -> list[tuple[int, int, int, int, int, int]]:
@@ -80,7 +93,7 @@ def _check_matching(s: Schedule, sendtag: np.ndarray, recvtag: np.ndarray) -> No
     """Round by round: the rank I send to receives from me, with my tag (arrays (K, p) or (K, 1))."""
     ranks = np.arange(s.p)
     for k in range(s.rounds):
-        dst, src = s.dst[k], s.src[k]
+        dst, src = s.peers(k)
         theirs = np.broadcast_to(recvtag[k], (s.p,))[dst]
         if (src[dst] != ranks).any() or (theirs != sendtag[k]).any():
             raise NotLockstep(f"round {k}: a rank's message is not what its peer receives in that round")
@@ -93,7 +106,8 @@ def symmetric_schedule(
 
     None when no relabelling reproduces the sample (the caller traces every rank instead).
     """
-    sample = sorted({1, p // 2, p - 1, *np.random.default_rng(p).integers(1, p, samples)} - {0}) if p > 1 else []
+    drawn = np.random.default_rng(p).integers(1, p, samples).tolist() if p > 1 else []
+    sample = sorted({1, p // 2, p - 1, *drawn} - {0}) if p > 1 else []
     traced = trace_rows(algorithm, p, nbytes, dtype=dtype, check=check, ranks=[0, *sample])
     for relabel in (_shift, _xor):
         if relabel is _xor and p & (p - 1):
@@ -104,11 +118,7 @@ def symmetric_schedule(
             except NotLockstep:
                 return None
             table = np.array(rounds, dtype=np.int64).reshape(-1, 6)  # (K, 6) of rank 0
-            ranks = np.arange(p, dtype=np.int32)
-            peers = table[:, [0, 3]].astype(np.int32)[:, :, None]  # (K, 2, 1): dst and src
-            schedule = Schedule(
-                p, relabel(peers[:, 0], ranks, p), relabel(peers[:, 1], ranks, p), table[:, 2:3], table[:, 5:6]
-            )
+            schedule = Schedule(p, table[:, 0:1], table[:, 3:4], table[:, 2:3], table[:, 5:6], relabel)
             _check_matching(schedule, table[:, 1:2], table[:, 4:5])
             return schedule
     return None
@@ -139,8 +149,7 @@ def replay_rounds(schedule: Schedule, fabric: Fabric) -> np.ndarray:
     ranks = np.arange(p)
     patterns: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
     for k in range(schedule.rounds):
-        dst = np.broadcast_to(schedule.dst[k], (p,))
-        src = np.broadcast_to(schedule.src[k], (p,))
+        dst, src = schedule.peers(k)
         key = dst.tobytes()
         if key not in patterns:
             patterns[key] = _pattern(fabric, ranks, dst)

@@ -234,15 +234,34 @@ def _block(name: str, algorithm: str | None) -> Callable:
         import collectives
 
         fn = getattr(collectives, name)
-        if name in ("reduce_scatter",):
+        if name == "reduce_scatter":
             return fn(comm, x, op, algorithm=algorithm)
-        if name == "allgather":
+        if name in ("allgather", "alltoall"):
             return fn(comm, x, algorithm=algorithm)
         if name == "reduce":
             return fn(comm, x, op, root=0)
+        if name in ("scan", "exscan"):
+            return fn(comm, x, op)
+        if name == "barrier":
+            return fn(comm)
         return fn(comm, x, root=0)  # broadcast, gather, scatter
 
     return call
+
+
+BLOCKS = {  # name: (collective, algorithm); the first of each collective's names is its default
+    "reduce_scatter": ("reduce_scatter", "ring"),
+    "reduce_scatter:ring": ("reduce_scatter", "ring"),
+    "reduce_scatter:recursive_halving": ("reduce_scatter", "recursive_halving"),
+    "allgather": ("allgather", "ring"),
+    "allgather:ring": ("allgather", "ring"),
+    "allgather:recursive_doubling": ("allgather", "recursive_doubling"),
+    "alltoall": ("alltoall", "auto"),
+    "alltoall:pairwise": ("alltoall", "pairwise"),
+    "alltoall:bruck": ("alltoall", "bruck"),
+    **{name: (name, None) for name in ("broadcast", "reduce", "gather", "scatter", "scan", "exscan", "barrier")},
+}
+PER_PEER = ("scatter", "alltoall")  # calls whose input is (p, n): n bytes for each rank
 
 
 def calls() -> dict[str, Callable]:
@@ -250,23 +269,18 @@ def calls() -> dict[str, Callable]:
     from collectives.cost import ALGORITHMS
 
     table = {name: _allreduce(name) for name in (*ALGORITHMS, "auto")}
-    for block in ("reduce_scatter:ring", "reduce_scatter:recursive_halving", "allgather:ring"):
-        table[block] = _block(*block.split(":"))
-    table["allgather:recursive_doubling"] = _block("allgather", "recursive_doubling")
-    table["reduce_scatter"], table["allgather"] = table["reduce_scatter:ring"], table["allgather:ring"]
-    for block in ("broadcast", "reduce", "gather", "scatter"):
-        table[block] = _block(block, None)
+    table.update({name: _block(*block) for name, block in BLOCKS.items()})
     return table
 
 
 def _input(call: str, p: int, nbytes: int, dtype: np.dtype) -> np.ndarray:
-    """A size-only input of ``nbytes`` per rank (scatter: the root's (p, n) array)."""
+    """A size-only input of ``nbytes`` per rank (scatter, alltoall: (p, n), n bytes for each rank)."""
     if nbytes < 0 or nbytes % dtype.itemsize:
         raise ValueError(
             f"trace: nbytes must be a non-negative multiple of {dtype}'s {dtype.itemsize} bytes, got {nbytes}"
         )
     n = nbytes // dtype.itemsize
-    return np.empty((p, n) if call == "scatter" else n, dtype)  # never written: no memory behind it
+    return np.empty((p, n) if call.split(":")[0] in PER_PEER else n, dtype)  # never written: no memory behind it
 
 
 def trace(
@@ -299,8 +313,7 @@ def trace_rows(
         raise ValueError(f"trace: unknown call {algorithm!r}: expected one of {', '.join(table)}")
     if not isinstance(p, (int, np.integer)) or p < 1:
         raise ValueError(f"trace: p must be a positive integer, got {p!r}")
-    if ranks is None:
-        check_memory(algorithm, int(p))
+    check_memory(algorithm, int(p), traced=None if ranks is None else len(ranks) + 1)
     dtype = np.dtype(dtype)
     x = _input(algorithm, p, nbytes, dtype)
     fn = table[algorithm]
@@ -348,25 +361,30 @@ EVENT_BYTES = 200  # an Event in a list: the tuple, its fields' ints, the list s
 
 
 def events_estimate(call: str, p: int) -> int:
-    """About how many events the traces of ``call`` on p ranks hold (messages sent and received, reductions)."""
-    from collectives import cost
+    """About how many events the traces of ``call`` on p ranks hold: 3 per message (send, receive, reduction)."""
+    k = p.bit_length() - 1
+    q, rem = 1 << k, p - (1 << k)
+    messages = {
+        "ring": 2 * p * (p - 1),
+        "tree": 2 * (p - 1),
+        "naive": 2 * (p - 1),
+        "recursive_doubling": q * k + 2 * rem,
+        "rabenseifner": 2 * q * k + 2 * rem,
+        "reduce_scatter": p * (p - 1),  # the ring's; recursive halving sends fewer
+        "allgather": p * (p - 1),
+    }.get(call.split(":")[0], 2 * p * max(k, 1))  # auto, broadcast, reduce, gather, scatter: p log p at most
+    return 3 * messages
 
-    algorithm = call.split(":")[0] if ":" in call else call
-    if algorithm in cost.ALGORITHMS:
-        return 3 * sum(cost.messages_per_rank(algorithm, p))  # a send, its receive, a reduction
-    if call in ("reduce_scatter", "reduce_scatter:ring", "allgather", "allgather:ring"):
-        return 2 * p * max(p - 1, 0)
-    return 4 * p * max(p.bit_length(), 1)  # log-depth blocks; gather/scatter: p messages at the root
 
-
-def check_memory(call: str, p: int, available: int | None = None) -> None:
-    """Raise MemoryError, before tracing, if the traces of ``call`` on p ranks would not fit in memory."""
-    need = events_estimate(call, p) * EVENT_BYTES
+def check_memory(call: str, p: int, available: int | None = None, traced: int | None = None) -> None:
+    """Raise MemoryError, before tracing, if the traces of ``call`` on p ranks (or on ``traced`` of them)
+    would not fit in memory."""
+    need = events_estimate(call, p) * EVENT_BYTES * (traced or p) // p
     available = _available_memory() if available is None else available
     if need > available:
         raise MemoryError(
             f"trace: {call} on p={p} ranks needs about {need / 2**30:.1f} GiB of traces, more than the "
-            f"{available / 2**30:.1f} GiB available; use the vectorized replay (replay.rounds) or a smaller p"
+            f"{available / 2**30:.1f} GiB available: use a smaller p"
         )
 
 

@@ -16,7 +16,9 @@ arrays are refused both ways. A .npz without a manifest (e.g. from ``np.savez``)
 dict name -> ndarray.
 
 The write is atomic: the archive goes to a temporary file in the same directory, which then
-replaces ``path`` (``os.replace``), so a crash never leaves a half-written checkpoint. The file is
+replaces ``path`` (``os.replace``), so a crash never leaves a half-written checkpoint; a write
+that fails (disk full, no such directory) removes the temporary file and names ``path``.
+Loading checks every size the file declares before allocating (``minidl.safe_npz``). The file is
 written at exactly ``path`` (no ``.npz`` is appended).
 """
 
@@ -25,21 +27,17 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-import zipfile
 from typing import Any
 
 import numpy as np
 
+from minidl.safe_npz import DEFAULT_MAX_DECOMPRESSED, CheckpointError, read_npz
 from minidl.tensor import Tensor
 
 SEPARATOR = "/"
 MANIFEST = "__minidl_manifest__"
 FORMAT = "minidl.checkpoint"
 VERSION = 1
-
-
-class CheckpointError(ValueError):
-    """A file that is not a readable minidl checkpoint (corrupt, truncated, pickled data, bad manifest)."""
 
 
 # ----------------------------------------------------------------------------- save
@@ -57,16 +55,19 @@ def save(obj: Any, path: str | os.PathLike[str], compress: bool = False) -> None
 
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=directory)
+    tmp = None
     try:
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=directory)
         with os.fdopen(fd, "wb") as f:
             (np.savez_compressed if compress else np.savez)(f, allow_pickle=False, **arrays)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
+    except BaseException as e:
+        if tmp is not None and os.path.exists(tmp):
             os.remove(tmp)
+        if isinstance(e, OSError):  # name the user's path, not the temporary file's
+            raise type(e)(e.errno, f"save: cannot write {path!r}: {e.strerror or e}") from None
         raise
 
 
@@ -127,73 +128,98 @@ def _flatten(obj: Any, path: list[str], arrays: dict[str, np.ndarray]) -> dict[s
 
 
 # ----------------------------------------------------------------------------- load
-def load(path: str | os.PathLike[str]) -> Any:
+MAX_DEPTH = 64  # nesting a manifest may describe (a deeper one is malformed, not a RecursionError)
+
+
+def load(path: str | os.PathLike[str], max_decompressed: int = DEFAULT_MAX_DECOMPRESSED) -> Any:
     """Read a checkpoint written by ``save``; return the same tree (arrays as ndarrays, numbers as numbers).
 
-    Raises FileNotFoundError for a missing file and CheckpointError (a ValueError) for a file that
-    is not an .npz archive, is truncated or corrupt, holds pickled/object data, or has a bad manifest.
+    Raises FileNotFoundError for a missing file and ``CheckpointError`` (a ValueError) naming the file
+    and the entry for anything else: not an .npz archive, truncated or corrupt, pickled/object data,
+    sizes declared beyond the file (or inflating beyond ``max_decompressed`` bytes), a bad manifest.
+    No array is allocated before its declared size has been checked (see ``minidl.safe_npz``).
     """
     path = os.fspath(path)
     if not os.path.exists(path):
         raise FileNotFoundError(f"load: no checkpoint at {path!r}")
     with open(path, "rb") as f:
         magic = f.read(6)
-    if not magic.startswith(b"PK") and magic != b"\x93NUMPY":  # zip (.npz) or .npy: anything else np.load would
-        raise CheckpointError(  # take for a pickle, and refuse with a misleading message
+    if magic == b"\x93NUMPY":
+        raise CheckpointError(f"load: {path!r} is a single .npy array, not an .npz checkpoint")
+    if not magic.startswith(b"PK"):  # anything else np.load would take for a pickle
+        raise CheckpointError(
             f"load: {path!r} is not an .npz checkpoint (it does not start with a zip header, got {magic!r})"
         )
+    arrays = read_npz(path, max_decompressed)
+    if MANIFEST not in arrays:
+        return arrays
+    manifest = _read_manifest(arrays.pop(MANIFEST), path)
     try:
-        archive = np.load(path, allow_pickle=False)
-        if not isinstance(archive, np.lib.npyio.NpzFile):
-            raise CheckpointError(f"load: {path!r} is a single .npy array, not an .npz checkpoint")
-        with archive:
-            names = list(archive.files)
-            if MANIFEST not in names:
-                return {name: archive[name] for name in names}
-            manifest = _read_manifest(archive[MANIFEST], path)
-            arrays = {name: archive[name] for name in names if name != MANIFEST}
-    except CheckpointError:
-        raise
-    except (zipfile.BadZipFile, EOFError, OSError, KeyError) as e:
-        raise CheckpointError(f"load: {path!r} is truncated or corrupt ({type(e).__name__}: {e})") from None
-    except ValueError as e:  # numpy's refusal of pickled data, or a malformed array header
-        raise CheckpointError(f"load: cannot read {path!r} without pickle ({e})") from None
-    return _unflatten(manifest["tree"], arrays, path)
+        return _unflatten(manifest["tree"], arrays, [], path)
+    except RecursionError:
+        raise CheckpointError(f"load: {path!r}: manifest nested too deeply") from None
 
 
 def _read_manifest(raw: np.ndarray, path: str) -> dict[str, Any]:
+    if raw.dtype != np.uint8 or raw.ndim != 1:
+        raise CheckpointError(f"load: {path!r}: entry {MANIFEST!r} is {raw.dtype} {raw.shape}, not UTF-8 bytes")
     try:
         manifest = json.loads(raw.tobytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"load: {path!r} has an unreadable manifest ({e})") from None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise CheckpointError(f"load: {path!r} has an unreadable manifest ({type(e).__name__}: {e})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or "tree" not in manifest:
         raise CheckpointError(f"load: {path!r} has a manifest that is not a {FORMAT} manifest")
-    if manifest.get("version", 0) > VERSION:
-        raise CheckpointError(f"load: {path!r} is format version {manifest['version']}; this minidl reads <= {VERSION}")
+    version = manifest.get("version", 0)
+    if not isinstance(version, int) or version > VERSION:
+        raise CheckpointError(f"load: {path!r} is format version {version!r}; this minidl reads <= {VERSION}")
     return manifest
 
 
 _SCALARS = {"bool": bool, "int": int, "float": float, "str": str}
 
 
-def _unflatten(node: Any, arrays: dict[str, np.ndarray], path: str) -> Any:
-    """Rebuild the object a manifest node describes, taking leaves from ``arrays``."""
+def _unflatten(node: Any, arrays: dict[str, np.ndarray], where: list[str], path: str) -> Any:
+    """Rebuild the object a manifest node describes, taking leaves from ``arrays``; ``where``: the keys so far."""
+
+    def fail(problem: str) -> CheckpointError:
+        return CheckpointError(f"load: {path!r}: key {SEPARATOR.join(where) or '<root>'!r}: {problem}")
+
+    if len(where) > MAX_DEPTH:
+        raise fail(f"manifest nested deeper than {MAX_DEPTH} levels")
     kind = node.get("type") if isinstance(node, dict) else None
+    if kind in ("dict", "list", "tuple") and not isinstance(node.get("items"), list):
+        raise fail(f"manifest {kind} has no list of items")
     if kind == "dict":
-        return {(int(k) if key_type == "int" else k): _unflatten(v, arrays, path) for k, key_type, v in node["items"]}
+        out = {}
+        for item in node["items"]:
+            if not (isinstance(item, list) and len(item) == 3 and isinstance(item[0], str)):
+                raise fail(f"malformed manifest item {str(item)[:80]}")
+            name, key_type, child = item
+            if key_type not in ("int", "str") or (key_type == "int" and not _is_int(name)):
+                raise fail(f"malformed manifest key {name!r} of type {key_type!r}")
+            out[int(name) if key_type == "int" else name] = _unflatten(child, arrays, where + [name], path)
+        return out
     if kind in ("list", "tuple"):
-        items = [_unflatten(v, arrays, path) for v in node["items"]]
+        items = [_unflatten(v, arrays, where + [str(i)], path) for i, v in enumerate(node["items"])]
         return tuple(items) if kind == "tuple" else items
     if kind == "none":
         return None
     if kind not in _SCALARS and kind not in ("ndarray", "numpy_scalar"):
-        raise CheckpointError(f"load: {path!r} has a manifest entry of unknown type {kind!r}")
+        raise fail(f"manifest entry of unknown type {str(kind)[:40]!r}")
     entry = node.get("entry")
-    if entry not in arrays:
-        raise CheckpointError(f"load: {path!r} lacks the array {entry!r} its manifest lists")
+    if not isinstance(entry, str) or entry not in arrays:
+        raise fail(f"the file lacks the array {entry!r} its manifest lists")
     arr = arrays[entry]
     if kind == "ndarray":
         return arr
     if arr.ndim != 0:
-        raise CheckpointError(f"load: {path!r}: entry {entry!r} should be a scalar, has shape {arr.shape}")
-    return arr[()] if kind == "numpy_scalar" else _SCALARS[kind](arr.item())
+        raise fail(f"entry {entry!r} should be a scalar, has shape {arr.shape}")
+    if kind == "numpy_scalar":
+        return arr[()]
+    if kind == "str" and arr.dtype.kind != "U" or kind != "str" and arr.dtype.kind not in "biuf":
+        raise fail(f"entry {entry!r} should hold a {kind}, holds {arr.dtype}")
+    return _SCALARS[kind](arr.item())
+
+
+def _is_int(text: str) -> bool:
+    return text.lstrip("-").isdigit() and len(text) < 20

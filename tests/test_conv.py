@@ -47,10 +47,10 @@ CONV_CASES = [  # (N, C, H, W, O, kernel, stride, padding, bias)
 
 
 def _methods(case):
-    """Both algorithms where the implicit one applies (stride 1, padding < kernel), else im2col only."""
+    """im2col and gemm always, implicit where it applies (stride 1, padding < kernel)."""
     _, _, _, _, _, k, s, p, _ = case
     implicit = s == (1, 1) and p[0] < k[0] and p[1] < k[1]
-    return [(case, "im2col")] + ([(case, "implicit")] if implicit else [])
+    return [(case, "im2col"), (case, "gemm")] + ([(case, "implicit")] if implicit else [])
 
 
 METHOD_CASES = [mc for case in CONV_CASES for mc in _methods(case)]
@@ -61,7 +61,7 @@ def test_conv_matches_direct_loop(rng, case, method):
     n, c, h, w, o, k, s, p, bias = case
     x, wt = rng.standard_normal((n, c, h, w)), rng.standard_normal((o, c) + k)
     b = rng.standard_normal(o) if bias else None
-    ours = F.conv2d(minidl.tensor(x), minidl.tensor(wt), None if b is None else minidl.tensor(b), s, p, method)
+    ours = F.conv2d(minidl.tensor(x), minidl.tensor(wt), None if b is None else minidl.tensor(b), s, p, method=method)
     np.testing.assert_allclose(ours.data, conv2d_direct(x, wt, b, s, p), rtol=1e-10, atol=1e-12)
 
 
@@ -70,24 +70,25 @@ def test_conv_gradcheck(rng, case, method):
     n, c, h, w, o, k, s, p, bias = case
     x, wt = rng.standard_normal((n, c, h, w)), rng.standard_normal((o, c) + k)
     if bias:
-        assert minidl.gradcheck(lambda x, w, b: F.conv2d(x, w, b, s, p, method), [x, wt, rng.standard_normal(o)])
+        assert minidl.gradcheck(lambda x, w, b: F.conv2d(x, w, b, s, p, method=method), [x, wt, rng.standard_normal(o)])
     else:
-        assert minidl.gradcheck(lambda x, w: F.conv2d(x, w, None, s, p, method), [x, wt])
+        assert minidl.gradcheck(lambda x, w: F.conv2d(x, w, None, s, p, method=method), [x, wt])
 
 
 def test_implicit_and_im2col_agree_float32(rng):
-    """The fast stride-1 path against the explicit im2col one at ResNet-like sizes, forward and gradients."""
+    """The fast paths (implicit, gemm) against the explicit im2col one at ResNet-like sizes, forward and gradients."""
     x = minidl.tensor(rng.standard_normal((4, 8, 12, 10)).astype(np.float32), requires_grad=True)
     w = minidl.tensor(rng.standard_normal((6, 8, 3, 3)).astype(np.float32) * 0.1, requires_grad=True)
     g = rng.standard_normal((4, 6, 12, 10)).astype(np.float32)
     results = []
-    for method in ("im2col", "implicit"):
+    for method in ("im2col", "implicit", "gemm"):
         x.grad = w.grad = None
-        y = F.conv2d(x, w, None, 1, 1, method)
+        y = F.conv2d(x, w, None, 1, 1, method=method)
         y.backward(g)
         results.append((y.data, x.grad, w.grad))
-    for a, b in zip(*results):
-        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+    for fast in results[1:]:
+        for a, b in zip(results[0], fast):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
 
 
 @settings(max_examples=25)
@@ -126,7 +127,7 @@ def test_conv_module_and_errors(rng):
         conv(minidl.zeros(1, 3, 8, 8, dtype=np.float64))
     with pytest.raises(ValueError, match="kernel_size must be an int or a pair"):
         nn.Conv2d(3, 8, (3, 3, 3))
-    with pytest.raises(ValueError, match="implicit method needs stride 1"):
+    with pytest.raises(ValueError, match="implicit method needs stride 1, dilation 1, groups 1"):
         F.conv2d(minidl.zeros(1, 3, 8, 8), conv.weight, stride=2, method="implicit")
     with pytest.raises(ValueError, match="method must be"):
         F.conv2d(minidl.zeros(1, 3, 8, 8), conv.weight, method="fft")

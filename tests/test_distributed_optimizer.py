@@ -196,7 +196,9 @@ def test_broadcast_parameters_rejects_a_different_model():
             return str(e)
 
     errors = collectives.simulate(2, rank_fn)
-    assert "unexpected keys" in errors[1] and "ranks [1] could not take the root's state" in errors[0]
+    # the layout fingerprint finds it before anything moves: the same error on both ranks
+    assert errors[0] == errors[1] and "broadcast_parameters: ranks disagree" in errors[0], errors
+    assert "first difference at parameter" in errors[0] and "ranks [1]" in errors[0]
 
 
 @pytest.mark.parametrize("what", ["module", "dict", "optimizer"])
@@ -224,7 +226,10 @@ def test_broadcast_mismatch_raises_on_every_rank(what):
     errors = collectives.simulate(3, rank_fn)
     assert all(e is not None for e in errors), errors
     assert errors[0][0] == errors[1][0] == "MismatchError" and "ranks [2]" in errors[0][1]
-    assert errors[2][0] != "MismatchError"  # the failed rank keeps its own error
+    if what == "optimizer":
+        assert errors[2][0] != "MismatchError"  # the failed rank keeps its own error
+    else:  # parameters: the layout fingerprint, before anything moves, the same words on every rank
+        assert errors[0] == errors[1] == errors[2], errors
 
 
 def _optimizer(kind: str, model: nn.Module) -> optim.Optimizer:
@@ -249,7 +254,6 @@ def _optimizer(kind: str, model: nn.Module) -> optim.Optimizer:
             r"optimizer class: Adam on the root \(per-parameter state \['exp_avg', 'exp_avg_sq', 'step'\]\), "
             r"SGD here",
         ),
-        ("sgd_wrapped", r"optimizer class: Adam on the root .*SGD here"),  # the wrapped optimizers' classes
         ("two_groups", r"1 parameter groups on the root, 2 here"),
         ("one_param", r"group 0: 2 parameters on the root, 1 here"),
         ("extra_key", r"group 0 hyperparameters: \[\] only on the root, \['initial_lr'\] only here"),
@@ -281,6 +285,24 @@ def test_broadcast_optimizer_state_mismatch_names_the_difference_on_every_rank(k
     assert out[0][0] == out[1][0] == "MismatchError" and out[2][0] == "ValueError", out
     assert all(re.search(difference, o[1]) for o in out), out
     assert "ranks [2] could not take the root's state" in out[0][1] and "rank 2" in out[2][1]
+
+
+def test_wrapped_optimizers_of_another_class_fail_when_wrapped():
+    """DistributedOptimizer compares the wrapped optimizers' classes (and hyperparameters) when it is built."""
+
+    def rank_fn(comm):
+        dist.init(comm)
+        model = nn.Linear(3, 2)
+        try:
+            dist.DistributedOptimizer(_optimizer("sgd" if dist.rank() == 2 else "adam", model))
+        except ValueError as e:
+            return type(e).__name__, str(e)
+
+    out = collectives.simulate(3, rank_fn, timeout=20)
+    assert all(o is not None and o[0] == "MismatchError" for o in out), out
+    assert (
+        out[0] == out[1] == out[2] and "first difference at optimizer: ranks [0, 1]: Adam; ranks [2]: SGD" in out[0][1]
+    )
 
 
 # ----------------------------------------------------------------------------- checkpoints

@@ -26,7 +26,7 @@ def test_layers_share_the_lstms_parameters_under_its_names():
 def test_load_state_dict_reaches_the_layers_and_deepcopy_keeps_them_shared(rng):
     lstm = nn.LSTM(3, 2, num_layers=2)
     state = {k: rng.standard_normal(v.shape) for k, v in lstm.state_dict().items()}
-    lstm.load_state_dict(state)
+    lstm.load_state_dict(state, cast=True)  # float64 draws into the float32 model: asked for
     np.testing.assert_allclose(lstm.layers[1].weight_hh_l1.data, state["weight_hh_l1"], rtol=1e-6)
     twin = copy.deepcopy(lstm)
     assert twin.layers[0].weight_ih_l0 is twin.weight_ih_l0 and twin.weight_ih_l0 is not lstm.weight_ih_l0

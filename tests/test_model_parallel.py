@@ -240,7 +240,10 @@ def test_recv_of_the_wrong_size_names_the_shapes():
             return None
         p2p.recv((4,), np.float64, 0, comm)
 
-    with pytest.raises(ValueError, match=r"expected 32 bytes .*got a message of 24 bytes"):
+    with pytest.raises(
+        ValueError,
+        match=r"expected 112 bytes \(float64 \(4,\) after a 80-byte description\).*got a message of 24 bytes",
+    ):
         collectives.simulate(2, fn)
 
 

@@ -86,4 +86,4 @@ def test_unsupported_flags_are_refused(tmp_path):
     ]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0
-    assert "--resume not supported" in proc.stderr
+    assert "--resume applies only to --parallel none/data" in proc.stderr  # train/checks.py, before anything runs

@@ -69,7 +69,7 @@ def test_the_agreement_check_adds_its_predicted_cost(algorithm, p):
 def test_short_recursive_doubling_rides_in_the_handshake():
     c, n, p = cost.CostParams(2e-6, 1e-9, 3e-10), 4096, 8
     t = allreduce_time("recursive_doubling", p, n, params=c, check=True)
-    assert close(t, 3 * (c.alpha + (144 + n) * c.beta) + 3 * n * c.gamma)
+    assert close(t, cost.predict_check(p, c) + 3 * n * c.beta + 3 * n * c.gamma)  # the check's messages + n bytes
 
 
 def test_gather_s_root_receives_concurrently_on_crossbar():
@@ -166,7 +166,10 @@ def test_rank_0_relabelled_is_every_rank(algorithm, p):
 
     full = schedule_from_traces(trace_rows(algorithm, p, 4 * 64 * p))
     sym = symmetric_schedule(algorithm, p, 4 * 64 * p)
-    for a, b in ((full.dst, sym.dst), (full.src, sym.src), (full.nbytes, sym.nbytes), (full.reduced, sym.reduced)):
+    assert full.rounds == sym.rounds
+    for k in range(full.rounds):
+        assert all((a == b).all() for a, b in zip(full.peers(k), sym.peers(k)))
+    for a, b in ((full.nbytes, sym.nbytes), (full.reduced, sym.reduced)):
         assert (np.broadcast_to(b, a.shape) == a).all()
 
 
@@ -181,3 +184,8 @@ def test_rounds_engine_refuses_what_is_not_lockstep():
         assert close(
             allreduce_time(algorithm, 128, 4 * 128 * 10, params=c), cost.predict(algorithm, 128, 4 * 128 * 10, c)
         )
+
+
+def test_a_p_that_does_not_fit_is_refused_before_starting():
+    with pytest.raises(MemoryError, match=r"tree on p=1000000000 ranks needs about .* GiB"):
+        allreduce_time("tree", 10**9, 1 << 20, "10gbe")

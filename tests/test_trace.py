@@ -36,18 +36,20 @@ def run_for_real(name, comm, x, check):
     block, _, algorithm = name.partition(":")
     if block == "reduce_scatter":
         return collectives.reduce_scatter(comm, x, "sum", algorithm=algorithm or "ring")
-    if block == "allgather":
-        return collectives.allgather(comm, x, algorithm=algorithm or "ring")
-    if block == "reduce":
-        return collectives.reduce(comm, x, "sum", root=0)
+    if block in ("allgather", "alltoall"):
+        return getattr(collectives, block)(comm, x, algorithm=algorithm or {"allgather": "ring"}.get(block, "auto"))
+    if block in ("reduce", "scan", "exscan"):
+        return getattr(collectives, block)(comm, x, "sum", **({"root": 0} if block == "reduce" else {}))
+    if block == "barrier":
+        return collectives.barrier(comm)
     return getattr(collectives, block)(comm, x, root=0)
 
 
 def real_input(name, p, count, dtype):
-    return np.ones((p, count) if name == "scatter" else count, dtype)
+    return np.ones((p, count) if name.split(":")[0] in ("scatter", "alltoall") else count, dtype)
 
 
-@settings(max_examples=40)
+@settings(max_examples=80)
 @given(
     name=st.sampled_from([*ALLREDUCE, *BLOCKS]),
     p=st.integers(1, 16),

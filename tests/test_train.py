@@ -119,9 +119,10 @@ def test_lm_reads_text_file(tmp_path, capsys):
     assert "test perplexity" in capsys.readouterr().out
 
 
-def test_lm_errors_name_the_problem(tmp_path):
-    with pytest.raises(FileNotFoundError, match="ptb.train.txt"):
+def test_lm_errors_name_the_problem(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:  # a usage error: one line before anything is built, status 2
         lm.main(["--data", str(tmp_path), "--quick"])
+    assert exit_.value.code == 2 and "missing ptb.train.txt" in capsys.readouterr().err
     (tmp_path / "tiny.txt").write_text("one two\nthree\nfour five six\n" * 3)
     with pytest.raises(ValueError, match="too short"):
         lm.main(["--text", str(tmp_path / "tiny.txt"), "--quick", "--batch-size", "20"])
@@ -190,6 +191,8 @@ MPIEXEC = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shut
 def test_parallel_failure_aborts_the_job(tmp_path):
     """An error under --parallel data prints with its rank and ends the MPI job (MPI_Abort), never a hang."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    tiny = tmp_path / "tiny.txt"  # found while training (too short for 2 x 20 streams), not by the flag checks
+    tiny.write_text("one two\nthree\nfour five six\n" * 3)
     proc = subprocess.run(
         [
             MPIEXEC,
@@ -201,8 +204,11 @@ def test_parallel_failure_aborts_the_job(tmp_path):
             "lm",
             "--parallel",
             "data",
-            "--data",
-            str(tmp_path / "missing"),
+            "--text",
+            str(tiny),
+            "--quick",
+            "--batch-size",
+            "20",
         ],
         capture_output=True,
         text=True,
@@ -211,7 +217,7 @@ def test_parallel_failure_aborts_the_job(tmp_path):
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out
-    assert "of 2] aborting the job" in out and "PTB directory not found" in out, out
+    assert "of 2] aborting the job" in out and "fewer than the 40 streams" in out, out
 
 
 def test_python_dash_m_runs():

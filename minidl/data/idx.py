@@ -18,6 +18,7 @@ from __future__ import annotations
 import gzip
 import zlib
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -39,45 +40,83 @@ class IDXError(ValueError):
     """A file that is not a well-formed IDX file."""
 
 
-def _read_bytes(path: Path) -> bytes:
+MAX_RATIO = 1032  # deflate's best compression: a gzip file of n bytes inflates to at most ~1032 n
+_CHUNK = 1 << 20
+
+
+def _open(path: Path) -> tuple[BinaryIO, int]:
+    """The file's (decompressed) byte stream and the most bytes it can hold (gzip: what deflate can produce)."""
     if not path.is_file():
         raise FileNotFoundError(f"IDX file not found: {path}")
-    raw = path.read_bytes()
-    if raw[:2] == _GZIP_MAGIC:
-        try:
-            return gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as e:
-            raise IDXError(f"{path}: corrupt or truncated gzip data ({e})") from None
-    return raw
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        magic = f.read(2)
+    if magic == _GZIP_MAGIC:
+        return gzip.open(path, "rb"), MAX_RATIO * size
+    return path.open("rb"), size
 
 
-def load_idx(path: str | Path) -> np.ndarray:
-    """Read an IDX file into an array of its shape, in native byte order (uint8 for MNIST)."""
-    path = Path(path)
-    raw = _read_bytes(path)
-    if len(raw) < 4:
-        raise IDXError(f"{path}: file too short for an IDX header ({len(raw)} bytes, need at least 4)")
-    if raw[0] != 0 or raw[1] != 0:
-        raise IDXError(f"{path}: bad magic number: first two bytes are {raw[:2].hex()}, expected 0000")
-    code, ndim = raw[2], raw[3]
+def _read_header(path: Path, f: BinaryIO) -> tuple[np.dtype, tuple[int, ...], int]:
+    """(dtype, shape, header bytes) from the first 4 + 4 ndim bytes; nothing after them is read yet."""
+    head = f.read(4)
+    if len(head) < 4:
+        raise IDXError(f"{path}: file too short for an IDX header ({len(head)} bytes, need at least 4)")
+    if head[0] != 0 or head[1] != 0:
+        raise IDXError(f"{path}: bad magic number: first two bytes are {head[:2].hex()}, expected 0000")
+    code, ndim = head[2], head[3]
     if code not in IDX_DTYPES:
         known = ", ".join(f"0x{c:02X}" for c in IDX_DTYPES)
         raise IDXError(f"{path}: unknown dtype code 0x{code:02X} (known: {known})")
+    dims = f.read(4 * ndim)
     header = 4 + 4 * ndim
-    if len(raw) < header:
-        raise IDXError(f"{path}: truncated header: {ndim} dimensions need {header} bytes, file has {len(raw)}")
-    shape = tuple(int(d) for d in np.frombuffer(raw, dtype=">u4", count=ndim, offset=4))
-    dtype = IDX_DTYPES[code]
-    expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    actual = len(raw) - header
+    if len(dims) < 4 * ndim:
+        raise IDXError(f"{path}: truncated header: {ndim} dimensions need {header} bytes, file has {4 + len(dims)}")
+    return IDX_DTYPES[code], tuple(int(d) for d in np.frombuffer(dims, dtype=">u4")), header
+
+
+def _count_rest(f: BinaryIO) -> int:
+    """Bytes left in the stream, read in bounded chunks (trailing data is counted, never held)."""
+    n = 0
+    while chunk := f.read(_CHUNK):
+        n += len(chunk)
+    return n
+
+
+def load_idx(path: str | Path) -> np.ndarray:
+    """Read an IDX file into an array of its shape, in native byte order (uint8 for MNIST).
+
+    The header is read and checked first (magic, dtype, dimensions that the file can hold) and only
+    then the data, exactly the bytes it declares: a gzip file is never inflated past what its header
+    asks for, and a corrupt or impossible header is an ``IDXError`` naming the file.
+    """
+    path = Path(path)
+    stream, most = _open(path)
+    try:
+        with stream as f:
+            dtype, shape, header = _read_header(path, f)
+            expected = int(np.prod(shape, dtype=object)) * dtype.itemsize
+            native = dtype.newbyteorder("=")
+            if header + expected > most and most == path.stat().st_size:  # a plain file, too short
+                raise _mismatch(path, shape, native, expected, most - header)
+            if header + expected > most:
+                raise IDXError(
+                    f"{path}: impossible dimensions {shape}: {expected} bytes of {native}, more than a gzip file of "
+                    f"{path.stat().st_size} bytes can hold ({most} at most)"
+                )
+            raw = f.read(expected)
+            actual = len(raw) + (_count_rest(f) if len(raw) == expected else 0)
+    except (OSError, EOFError, zlib.error) as e:
+        raise IDXError(f"{path}: corrupt or truncated gzip data ({e})") from None
     if actual != expected:
-        what = "truncated" if actual < expected else "has trailing bytes"
-        raise IDXError(
-            f"{path}: size mismatch ({what}): shape {shape} of {dtype.newbyteorder('=')} needs {expected} data bytes, "
-            f"file has {actual}"
-        )
-    data = np.frombuffer(raw, dtype=dtype, offset=header).reshape(shape)
-    return data.astype(dtype.newbyteorder("="))  # native order, writable copy
+        raise _mismatch(path, shape, native, expected, actual)
+    return np.frombuffer(raw, dtype=dtype).reshape(shape).astype(native)  # native order, writable copy
+
+
+def _mismatch(path: Path, shape: tuple[int, ...], dtype: np.dtype, expected: int, actual: int) -> IDXError:
+    what = "truncated" if actual < expected else "has trailing bytes"
+    return IDXError(
+        f"{path}: size mismatch ({what}): shape {shape} of {dtype} needs {expected} data bytes, file has {actual}"
+    )
 
 
 def save_idx(path: str | Path, array: np.ndarray, compress: bool | None = None) -> None:

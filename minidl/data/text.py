@@ -40,6 +40,11 @@ __all__ = [
 EOS = "<eos>"
 UNK = "<unk>"
 PTB_FILES = {"train": "ptb.train.txt", "valid": "ptb.valid.txt", "test": "ptb.test.txt"}
+PTB_HINT = (
+    "expected ptb.train.txt, ptb.valid.txt and ptb.test.txt (the Penn Treebank as "
+    "preprocessed by Mikolov: 10k words, <unk> for the rest); they are in simple-examples/data/ of "
+    "simple-examples.tgz from Tomas Mikolov's RNNLM page (www.fit.vutbr.cz/~imikolov/rnnlm/)"
+)
 
 
 # ----------------------------------------------------------------------------- vocabulary
@@ -172,13 +177,15 @@ def read_ptb(directory: str | Path, oov: str = "unk") -> Corpus:
         raise ValueError(f"oov must be 'unk' or 'error', got {oov!r}")
     directory = Path(directory)
     if not directory.is_dir():
-        raise NotADirectoryError(f"PTB directory not found: {directory}")
+        raise NotADirectoryError(f"PTB directory not found: {directory}; {PTB_HINT}")
     missing = [f for f in PTB_FILES.values() if not (directory / f).is_file()]
     if missing:
-        raise FileNotFoundError(f"{directory}: missing {', '.join(missing)} (expected {', '.join(PTB_FILES.values())})")
+        raise FileNotFoundError(f"{directory}: missing {', '.join(missing)}; {PTB_HINT}")
     tokens = {split: read_words(directory / f) for split, f in PTB_FILES.items()}
-    if len(tokens["train"]) == 0:
-        raise ValueError(f"{directory / PTB_FILES['train']}: empty training file")
+    for split, words in tokens.items():
+        if all(w == EOS for w in words):  # nothing to train on, or nothing to score: refuse now, not at the end
+            role = {"train": "training", "valid": "validation", "test": "test"}[split]
+            raise ValueError(f"{directory / PTB_FILES[split]}: empty {role} file (no words)")
     vocab = Vocabulary.from_tokens(tokens["train"])
     unk = UNK if (oov == "unk" and UNK in vocab) else None
     ids = {s: vocab.encode(t, unk=unk, source=str(directory / PTB_FILES[s])) for s, t in tokens.items()}

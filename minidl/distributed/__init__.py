@@ -79,9 +79,11 @@ from minidl.distributed.state import (
     gather_states,
     scatter_states,
 )
+from minidl.distributed.timeline import Timeline
 
 __all__ = [
     "CountingComm",
+    "Timeline",
     "TrafficComm",
     "abort_on_error",
     "barrier",

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from minidl.distributed.comm import get_comm
-from minidl.distributed.state import broadcast_state, gather_states, scatter_states
+from minidl.distributed.state import broadcast_state, fail_together, gather_states, scatter_states
 from minidl.nn.module import Module
 from minidl.optim.optimizer import Optimizer
 
@@ -95,35 +95,55 @@ def load_checkpoint(
 
     Returns ``(state, rank_state)``: the shared dict and this rank's own dict given to ``save_checkpoint``.
     The number of ranks must be the one the checkpoint was written with when it holds per-rank state.
+    Whatever goes wrong - a missing, corrupt or malformed file on rank 0, a model or optimizer that
+    does not fit on any rank - raises on every rank (a ``CheckpointError`` with the same words where
+    the file is at fault), so no rank is left waiting for the others.
     """
     comm = get_comm(comm)
     rank, size = comm.Get_rank(), comm.Get_size()
     ckpt, ranks = None, None
     if rank == 0:
-        from minidl.serialization import load
-
-        # a failure here is sent to every rank as an error, rather than leaving the others waiting
-        try:
-            ckpt = load(path)
-        except (OSError, ValueError) as e:
-            ckpt = {"error": f"{type(e).__name__}: {e}"}
-        ranks = ckpt.pop("ranks", None) or [{}] * size
-        saved = int(ckpt.get("world_size", size))
-        if saved != size and any(ranks):
-            ckpt = {"error": f"{path} was written by {saved} ranks and holds per-rank state; resume with {saved}"}
-        if len(ranks) != size:
-            ranks = [{}] * size
+        ckpt, ranks = _read_on_root(path, size)
     ckpt = broadcast_state(ckpt, 0, comm)
     if "error" in ckpt:
-        raise ValueError(f"load_checkpoint: {ckpt['error']}")
+        from minidl.serialization import CheckpointError
+
+        raise CheckpointError(f"load_checkpoint: {ckpt['error']}")
     mine = scatter_states(ranks, 0, comm)
-    model.load_state_dict(ckpt["model"], strict=True)
-    if optimizer is not None:
-        if "optimizer" not in ckpt:
-            raise KeyError(f"load_checkpoint: {path} has no optimizer state")
-        optimizer.load_state_dict(ckpt["optimizer"])
-    if scheduler is not None:
-        if "scheduler" not in ckpt:
-            raise KeyError(f"load_checkpoint: {path} has no scheduler state")
-        scheduler.load_state_dict(ckpt["scheduler"])
+
+    def restore() -> None:
+        model.load_state_dict(ckpt["model"], strict=True)
+        if optimizer is not None:
+            if "optimizer" not in ckpt:
+                raise KeyError(f"load_checkpoint: {path} has no optimizer state")
+            optimizer.load_state_dict(ckpt["optimizer"])
+        if scheduler is not None:
+            if "scheduler" not in ckpt:
+                raise KeyError(f"load_checkpoint: {path} has no scheduler state")
+            scheduler.load_state_dict(ckpt["scheduler"])
+
+    fail_together(comm, "load_checkpoint", restore)
     return ckpt.get("state", {}), mine
+
+
+def _read_on_root(path: str | os.PathLike[str], size: int) -> tuple[dict[str, Any], list[Any]]:
+    """Rank 0: (the checkpoint without its per-rank part, one per-rank dict per rank), or ({"error": why}, [{}...])
+    for any failure, which load_checkpoint then raises on every rank."""
+    from minidl.serialization import load
+
+    empty: list[Any] = [{}] * size
+    try:
+        ckpt = load(path)
+    except Exception as e:  # noqa: BLE001 - any failure here must reach every rank, not rank 0 alone
+        return {"error": f"{type(e).__name__}: {e}"}, empty
+    if not isinstance(ckpt, dict) or not isinstance(ckpt.get("model"), dict):
+        return {"error": f"{path} is not a checkpoint of save_checkpoint (no 'model' dict at its top)"}, empty
+    ranks = ckpt.pop("ranks", None) or empty
+    saved = ckpt.get("world_size", size)
+    if not isinstance(ranks, list) or not isinstance(saved, int) or not all(isinstance(r, dict) for r in ranks):
+        return {"error": f"{path}: malformed 'ranks' or 'world_size' entries"}, empty
+    if saved != size and any(ranks):
+        return {"error": f"{path} was written by {saved} ranks and holds per-rank state; resume with {saved}"}, empty
+    if len(ranks) != size:
+        ranks = empty
+    return ckpt, ranks

@@ -23,14 +23,20 @@ _local = threading.local()
 _main_comm: Any = None  # the main thread's communicator, the fallback for other threads
 
 
-def init(comm: Any = None) -> Any:
+def init(comm: Any = None, timeout: float | None = None) -> Any:
     """Start data-parallel work on ``comm`` (``MPI.COMM_WORLD`` by default) and return it.
 
     ``comm`` is an ``mpi4py`` communicator or anything with the same point-to-point subset
     (``Get_rank``, ``Get_size``, ``Send``, ``Recv``, ``Sendrecv``, ``Isend``, ``Irecv``, ``Barrier``),
     such as a rank of ``collectives.simulate``. Calling it again replaces the communicator.
+
+    ``timeout``: seconds a rank may wait in any communication before it raises ``CommTimeoutError``
+    naming the call, the step and the peers (``timeout.py``); None reads ``MINIDL_COMM_TIMEOUT``
+    (unset: no timeout), 0 turns it off. The returned communicator is then a ``TimeoutComm``.
     """
     global _main_comm
+    from minidl.distributed.timeout import timeout_from_env, unwrap, with_timeout
+
     if comm is None:
         from mpi4py import MPI
 
@@ -41,6 +47,9 @@ def init(comm: Any = None) -> Any:
                 f"dist.init: {type(comm).__name__} is not a communicator (it has no {method}()); pass an "
                 "mpi4py communicator or one from collectives.simulate"
             )
+    seconds = timeout_from_env() if timeout is None else (float(timeout) if timeout else None)
+    if seconds is not None or timeout == 0:
+        comm = with_timeout(comm, seconds) if seconds is not None else unwrap(comm)
     _local.comm = comm
     if threading.current_thread() is threading.main_thread():
         _main_comm = comm
@@ -119,8 +128,8 @@ def abort_on_error(exc: BaseException, comm: Any = None, errorcode: int = 1) -> 
     """
     try:
         comm = get_comm(comm)
-    except RuntimeError:
-        comm = None
+    except RuntimeError:  # before dist.init(): under mpiexec the job is still COMM_WORLD, and must end
+        comm = _world_if_launched()
     who = _describe(comm) if comm is not None else "[rank ?]"
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     sys.stderr.write(f"\n{who} aborting the job after an uncaught exception:\n{text}")
@@ -130,6 +139,21 @@ def abort_on_error(exc: BaseException, comm: Any = None, errorcode: int = 1) -> 
         # message a moment to travel through mpiexec first, or the job may end without saying why.
         time.sleep(ABORT_GRACE_S)
         comm.Abort(errorcode)
+
+
+def _world_if_launched() -> Any:
+    """``MPI.COMM_WORLD`` when this process was started by mpiexec (or has loaded MPI), else None."""
+    import os
+
+    launched = any(v in os.environ for v in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"))
+    if not launched and "mpi4py.MPI" not in sys.modules:
+        return None
+    try:
+        from mpi4py import MPI
+
+        return MPI.COMM_WORLD
+    except Exception:  # noqa: BLE001 - no MPI to abort through: print and re-raise
+        return None
 
 
 def run(main: Callable[..., Any], *args: Any, comm: Any = None, **kwargs: Any) -> Any:

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from minidl.distributed.comm import get_comm
+from minidl.distributed.fingerprint import check_layout, parameter_rows
 from minidl.nn.module import Module
 from minidl.optim.optimizer import Optimizer
 
@@ -123,7 +124,7 @@ def broadcast_state(tree: Any, root: int = 0, comm: Any = None) -> Any:
     return decode(broadcast_buffer(buf, root, comm))
 
 
-def _fail_together(comm: Any, what: str, load: Any) -> None:
+def fail_together(comm: Any, what: str, load: Any) -> None:
     """Run ``load()`` on this rank; if it raises on any rank, raise on every rank (the failed ones their own error,
     the others a MismatchError naming them), so no rank walks on into a collective the failed ones never join."""
     from collectives import MismatchError, allreduce
@@ -161,6 +162,11 @@ def broadcast_parameters(module_or_state: Module | dict[str, np.ndarray], root: 
     root's raises its error, and every other rank a MismatchError.
     """
     comm = get_comm(comm)
+    if isinstance(module_or_state, (Module, dict)):
+        # same names in the same order, same shapes and dtypes, else the same error on every rank: a model whose
+        # parameters are declared in another order would load by name here and then mix gradients by position
+        named = module_or_state.state_dict() if isinstance(module_or_state, Module) else module_or_state
+        check_layout(comm, parameter_rows(named.items()), "broadcast_parameters")
     if isinstance(module_or_state, Module):
         state = broadcast_state(module_or_state.state_dict(), root, comm)
         load = lambda: module_or_state.load_state_dict(state, strict=True)  # noqa: E731
@@ -169,7 +175,7 @@ def broadcast_parameters(module_or_state: Module | dict[str, np.ndarray], root: 
         load = lambda: _copy_into(module_or_state, state, comm.Get_rank())  # noqa: E731
     else:
         raise TypeError(f"broadcast_parameters: expected a Module or a dict of arrays, got {type(module_or_state)}")
-    _fail_together(comm, "broadcast_parameters", load if comm.Get_rank() != root else lambda: None)
+    fail_together(comm, "broadcast_parameters", load if comm.Get_rank() != root else lambda: None)
 
 
 def _copy_into(arrays: dict[str, np.ndarray], state: dict[str, np.ndarray], rank: int) -> None:
@@ -209,7 +215,7 @@ def broadcast_optimizer_state(optimizer: Optimizer, root: int = 0, comm: Any = N
             )
         optimizer.load_state_dict(root_state["state_dict"])
 
-    _fail_together(comm, "broadcast_optimizer_state", load if rank != root else lambda: None)
+    fail_together(comm, "broadcast_optimizer_state", load if rank != root else lambda: None)
 
 
 def optimizer_layout(optimizer: Any) -> dict[str, Any]:

@@ -11,6 +11,13 @@ With cols = im2col(x) viewed as [N, K, P] (K = C*kh*kw, P = OH*OW) and W as [O, 
 
 The per-sample layout [N, K, P] (rather than one [K, N*P] matrix) lets the output come out
 NCHW with no transpose of the large arrays; np.matmul runs it as one BLAS GEMM per sample.
+With ``groups`` G, W is [G, O/G, K/G] and cols [N, G, K/G, P]: a matmul batched over samples and
+groups. Dilation d spreads the taps (tap (i, j) reads x_pad[.., d*i + s*oh, d*j + s*ow]).
+
+Three algorithms compute the same thing (tests check each against the others and a direct loop):
+"im2col" (this file; any options), "implicit" (conv_implicit.py: stride 1, no im2col copy, fastest
+for few channels) and "gemm" (conv_gemm.py: one matrix product over the whole batch, fastest when
+K = C*kh*kw is large and the images small, as in a ResNet's deep stages).
 """
 
 from __future__ import annotations
@@ -18,43 +25,64 @@ from __future__ import annotations
 import numpy as np
 
 from minidl.nn import init
+from minidl.nn.conv_gemm import GemmConv2dFunction
 from minidl.nn.conv_implicit import ImplicitConv2dFunction
 from minidl.nn.im2col import check_conv_args, check_window, col2im, im2col, pair
 from minidl.nn.module import Module, Parameter
+from minidl.nn.pad import PADDING_MODES, pad2d, same_padding
 from minidl.tensor import Function, Tensor, get_default_dtype
+
+METHODS = ("auto", "im2col", "implicit", "gemm")
+GEMM_MIN_DEPTH = 1024  # "auto" takes "gemm" when K = C*kh*kw reaches this (measured: benchmarks/cnn.py --layers)
 
 
 class Conv2dFunction(Function):
     """Fused convolution: inputs (x, weight) or (x, weight, bias); hand-written backward."""
 
-    def forward(self, x, weight, bias=None, *, stride=(1, 1), padding=(0, 0)):
-        check_conv_args(x, weight, bias)
-        o, c, kh, kw = weight.shape
+    def forward(self, x, weight, bias=None, *, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
+        check_conv_args(x, weight, bias, groups)
+        o, cg, kh, kw = weight.shape
         n = x.shape[0]
-        oh, ow = check_window(x.shape, (kh, kw), stride, padding, "conv2d")
-        cols = im2col(x, (kh, kw), stride, padding).reshape(n, c * kh * kw, oh * ow)
-        out = np.matmul(weight.reshape(o, -1), cols)  # [N, O, OH*OW]
+        oh, ow = check_window(x.shape, (kh, kw), stride, padding, "conv2d", dilation)
+        cols = im2col(x, (kh, kw), stride, padding, dilation=dilation).reshape(n, groups, cg * kh * kw, oh * ow)
+        out = np.matmul(weight.reshape(groups, o // groups, -1), cols)  # [N, G, O/G, OH*OW]
         if bias is not None:
-            out += bias[:, None]
+            out += bias.reshape(groups, o // groups, 1)
         self.save_for_backward(cols, weight)
-        self.x_shape, self.stride, self.padding = x.shape, stride, padding
+        self.x_shape, self.conf = x.shape, (stride, padding, dilation, groups)
         return out.reshape(n, o, oh, ow)
 
     def backward(self, g):
         cols, weight = self.saved_tensors
+        stride, padding, dilation, groups = self.conf
         n, o, oh, ow = g.shape
-        g = g.reshape(n, o, oh * ow)
-        w2 = weight.reshape(o, -1)
+        g = g.reshape(n, groups, o // groups, oh * ow)
+        w3 = weight.reshape(groups, o // groups, -1)
         dx = dw = db = None
         if self.needs_input_grad[0]:
-            dcols = np.matmul(w2.T, g)  # [N, K, P]
-            _, c, kh, kw = weight.shape
-            dx = col2im(dcols.reshape(n, c, kh, kw, oh, ow), self.x_shape, self.stride, self.padding)
+            dcols = np.matmul(w3.transpose(0, 2, 1), g)  # [N, G, K/G, P]
+            _, cg, kh, kw = weight.shape
+            dx = col2im(dcols.reshape(n, groups * cg, kh, kw, oh, ow), self.x_shape, stride, padding, dilation)
         if self.needs_input_grad[1]:
-            dw = np.matmul(g, cols.transpose(0, 2, 1)).sum(axis=0).reshape(weight.shape)
+            dw = np.matmul(g, cols.transpose(0, 1, 3, 2)).sum(axis=0).reshape(weight.shape)
         if len(self.parents) == 3 and self.needs_input_grad[2]:
-            db = g.sum(axis=(0, 2))
+            db = g.sum(axis=(0, 3)).reshape(o)
         return (dx, dw) if len(self.parents) == 2 else (dx, dw, db)
+
+
+def choose_method(weight_shape, stride, padding, dilation, groups) -> str:
+    """What "auto" runs: "implicit" for stride-1 convolutions with a shallow K = C*kh*kw, "im2col" for the
+    other 1x1 ones (strided shortcuts: the copy is a subsample), "gemm" otherwise."""
+    o, cg, kh, kw = weight_shape
+    if implicit_applies(weight_shape, stride, padding, dilation, groups) and cg * kh * kw < GEMM_MIN_DEPTH:
+        return "implicit"
+    return "im2col" if kh * kw == 1 and groups == 1 else "gemm"
+
+
+def implicit_applies(weight_shape, stride, padding, dilation, groups) -> bool:
+    """The implicit algorithm needs stride 1, dilation 1, one group and padding smaller than the kernel."""
+    k = weight_shape[2:]
+    return stride == (1, 1) and dilation == (1, 1) and groups == 1 and all(p < kk for p, kk in zip(padding, k))
 
 
 def conv2d(
@@ -62,35 +90,59 @@ def conv2d(
     weight: Tensor,
     bias: Tensor | None = None,
     stride: int | tuple[int, int] = 1,
-    padding: int | tuple[int, int] = 0,
+    padding: int | tuple[int, int] | str = 0,
+    dilation: int | tuple[int, int] = 1,
+    groups: int = 1,
+    *,
     method: str = "auto",
 ) -> Tensor:
-    """x [N, C, H, W], weight [O, C, kh, kw], bias [O] or None -> [N, O, OH, OW].
+    """x [N, C, H, W], weight [O, C/groups, kh, kw], bias [O] or None -> [N, O, OH, OW] (PyTorch's F.conv2d).
 
-    ``method``: "im2col" (explicit im2col and one matmul, any stride), "implicit" (stride 1 only: the
-    im2col matmul split into kh*kw matmuls over shifted views, see conv_implicit.py), or "auto"
-    (implicit where it applies, which is faster and uses less memory; im2col otherwise).
+    ``padding``: an int, a pair, "valid" (none) or "same" (stride 1 only; the output keeps H x W).
+    ``method``: "im2col", "implicit", "gemm" (see the module docstring) or "auto" (choose_method).
     """
-    stride, padding = pair(stride, "stride"), pair(padding, "padding")
-    if method not in ("auto", "im2col", "implicit"):
-        raise ValueError(f"conv2d: method must be 'auto', 'im2col' or 'implicit', got {method!r}")
-    implicit_ok = stride == (1, 1) and all(p < k for p, k in zip(padding, weight.shape[2:]))
-    if method == "implicit" and not implicit_ok:
+    stride, dilation = pair(stride, "stride"), pair(dilation, "dilation")
+    if method not in METHODS:
+        raise ValueError(f"conv2d: method must be one of {', '.join(map(repr, METHODS))}, got {method!r}")
+    if not isinstance(groups, int | np.integer) or groups < 1:
+        raise ValueError(f"conv2d: groups must be a positive int, got {groups!r}")
+    padding = resolve_padding(padding, weight.shape[2:], stride, dilation)
+    if len(padding) == 4:  # asymmetric "same": pad explicitly, then a convolution without padding
+        x, padding = pad2d(x, padding), (0, 0)
+    if method == "implicit" and not implicit_applies(weight.shape, stride, padding, dilation, groups):
         raise ValueError(
-            f"conv2d: the implicit method needs stride 1 and padding < kernel size, got "
-            f"stride={stride}, padding={padding}, kernel {tuple(weight.shape[2:])}"
+            f"conv2d: the implicit method needs stride 1, dilation 1, groups 1 and padding < kernel size, got "
+            f"stride={stride}, padding={padding}, dilation={dilation}, groups={groups}, kernel {tuple(weight.shape[2:])}"
         )
-    if method == "implicit" or (method == "auto" and implicit_ok):
+    if method == "auto":
+        method = choose_method(weight.shape, stride, padding, dilation, groups)
+    if method == "implicit":
         fn, kw = ImplicitConv2dFunction, {"padding": padding}
     else:
-        fn, kw = Conv2dFunction, {"stride": stride, "padding": padding}
+        fn = Conv2dFunction if method == "im2col" else GemmConv2dFunction
+        kw = {"stride": stride, "padding": padding, "dilation": dilation, "groups": int(groups)}
     return fn.apply(x, weight, **kw) if bias is None else fn.apply(x, weight, bias, **kw)
 
 
-class Conv2d(Module):
-    """Conv2d(in_channels, out_channels, kernel_size, stride=1, padding=0, bias=True), NCHW.
+def resolve_padding(padding, kernel, stride, dilation) -> tuple[int, ...]:
+    """An int, a pair, "valid" or "same" -> (ph, pw), or (top, bottom, left, right) when "same" is uneven."""
+    if isinstance(padding, str):
+        if padding == "valid":
+            return (0, 0)
+        if padding != "same":
+            raise ValueError(f"conv2d: padding must be an int, a pair, 'valid' or 'same', got {padding!r}")
+        if stride != (1, 1):
+            raise ValueError(f"conv2d: padding='same' needs stride 1, got stride={stride}")
+        top, bottom, left, right = same_padding(tuple(kernel), dilation)
+        return (top, left) if (top, left) == (bottom, right) else (top, bottom, left, right)
+    return pair(padding, "padding")
 
-    weight [out, in, kh, kw], bias [out]; PyTorch's default init (kaiming_uniform_ a=sqrt(5)).
+
+class Conv2d(Module):
+    """Conv2d(in, out, kernel_size, stride=1, padding=0, dilation=1, groups=1, bias=True, padding_mode="zeros"), NCHW.
+
+    weight [out, in/groups, kh, kw], bias [out]; PyTorch's default init (kaiming_uniform_ a=sqrt(5)).
+    ``padding`` may be "same" or "valid"; ``padding_mode`` "zeros" or "reflect" (others raise).
     """
 
     def __init__(
@@ -99,18 +151,29 @@ class Conv2d(Module):
         out_channels: int,
         kernel_size: int | tuple[int, int],
         stride: int | tuple[int, int] = 1,
-        padding: int | tuple[int, int] = 0,
+        padding: int | tuple[int, int] | str = 0,
+        dilation: int | tuple[int, int] = 1,
+        groups: int = 1,
         bias: bool = True,
+        padding_mode: str = "zeros",
         dtype=None,
     ):
         super().__init__()
         if in_channels < 1 or out_channels < 1:
             raise ValueError(f"Conv2d: channels must be >= 1, got in={in_channels}, out={out_channels}")
-        self.in_channels, self.out_channels = in_channels, out_channels
+        if groups < 1 or in_channels % groups or out_channels % groups:
+            raise ValueError(f"Conv2d: groups={groups} must divide in={in_channels} and out={out_channels}")
+        if padding_mode not in PADDING_MODES:
+            raise ValueError(f"not supported: padding_mode={padding_mode!r} (supported: {', '.join(PADDING_MODES)})")
+        self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
         self.kernel_size = pair(kernel_size, "kernel_size")
-        self.stride, self.padding = pair(stride, "stride"), pair(padding, "padding")
+        self.stride, self.dilation = pair(stride, "stride"), pair(dilation, "dilation")
+        self.padding = padding if isinstance(padding, str) else pair(padding, "padding")
+        resolve_padding(self.padding, self.kernel_size, self.stride, self.dilation)  # fail early on a bad one
+        self.padding_mode = padding_mode
         dtype = dtype or get_default_dtype()
-        self.weight = Parameter(np.empty((out_channels, in_channels, *self.kernel_size), dtype=dtype))
+        shape = (out_channels, in_channels // groups, *self.kernel_size)
+        self.weight = Parameter(np.empty(shape, dtype=dtype))
         self.bias = Parameter(np.empty(out_channels, dtype=dtype)) if bias else None
         self.reset_parameters()
 
@@ -118,10 +181,24 @@ class Conv2d(Module):
         init.default_weight_and_bias_(self.weight, self.bias)
 
     def forward(self, x: Tensor) -> Tensor:
-        return conv2d(x, self.weight, self.bias, self.stride, self.padding)
+        padding = self.padding
+        if self.padding_mode != "zeros":  # pad by reflection first, then convolve without padding
+            pads = resolve_padding(padding, self.kernel_size, self.stride, self.dilation)
+            pads = pads if len(pads) == 4 else (pads[0], pads[0], pads[1], pads[1])
+            x, padding = pad2d(x, pads, self.padding_mode), 0
+        return conv2d(x, self.weight, self.bias, self.stride, padding, self.dilation, self.groups)
 
     def extra_repr(self) -> str:
+        extra = "".join(
+            f", {name}={value!r}"
+            for name, value, default in (
+                ("dilation", self.dilation, (1, 1)),
+                ("groups", self.groups, 1),
+                ("padding_mode", self.padding_mode, "zeros"),
+            )
+            if value != default
+        )
         return (
             f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}, "
-            f"padding={self.padding}, bias={self.bias is not None}"
+            f"padding={self.padding}{extra}, bias={self.bias is not None}"
         )

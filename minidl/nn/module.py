@@ -142,25 +142,24 @@ class Module:
                     out[f"{mname}.{bname}" if mname else bname] = np.array(b, copy=True)
         return out
 
-    def load_state_dict(self, state: dict[str, Any], strict: bool = True) -> None:
-        """Copy arrays into parameters and buffers by name; shapes must match.
+    def load_state_dict(self, state: dict[str, Any], strict: bool = True, cast: bool = False) -> None:
+        """Copy arrays into parameters and buffers by name; shapes and dtypes must match.
 
-        With ``strict`` (the default), missing and unexpected keys are an error naming them.
+        Everything is checked before anything is written, so a state that does not fit leaves the
+        module as it was. With ``strict`` (the default), missing and unexpected keys are an error
+        naming them; an array of another dtype is refused unless ``cast=True`` (then it is converted
+        to the module's dtype, as PyTorch's ``copy_`` does).
         """
-        own: dict[str, tuple[Module, str, str]] = {}
-        for mname, mod in self.named_modules():
-            for kind, store in (("param", mod._parameters), ("buffer", mod._buffers)):
-                for k, v in store.items():
-                    if v is not None:
-                        own[f"{mname}.{k}" if mname else k] = (mod, k, kind)
-        missing = [k for k in own if k not in state]
-        unexpected = [k for k in state if k not in own]
+        own = self._state_slots()
         errors = []
-        if strict and (missing or unexpected):
+        if strict:
+            missing = [k for k in own if k not in state]
+            unexpected = [k for k in state if k not in own]
             if missing:
                 errors.append(f"missing keys: {missing}")
             if unexpected:
                 errors.append(f"unexpected keys: {unexpected}")
+        values = {}
         for k, (mod, name, kind) in own.items():
             if k not in state:
                 continue
@@ -168,13 +167,30 @@ class Module:
             current = mod._parameters[name].data if kind == "param" else np.asarray(mod._buffers[name])
             if value.shape != current.shape:
                 errors.append(f"shape mismatch for {k}: checkpoint {value.shape}, model {current.shape}")
-                continue
-            if kind == "param":
-                mod._parameters[name].data = value.astype(current.dtype, copy=True)
+            elif value.dtype != current.dtype and not cast:
+                errors.append(
+                    f"dtype mismatch for {k}: checkpoint {value.dtype}, model {current.dtype} (cast=True converts)"
+                )
             else:
-                mod.register_buffer(name, value.astype(current.dtype, copy=True))
+                values[k] = value.astype(current.dtype, copy=True)
         if errors:
             raise StateDictError(f"load_state_dict for {type(self).__name__}: " + "; ".join(errors))
+        for k, value in values.items():
+            mod, name, kind = own[k]
+            if kind == "param":
+                mod._parameters[name].data = value
+            else:
+                mod.register_buffer(name, value)
+
+    def _state_slots(self) -> dict[str, tuple[Module, str, str]]:
+        """Dotted name -> (owning module, attribute name, "param" or "buffer") for every state_dict entry."""
+        own: dict[str, tuple[Module, str, str]] = {}
+        for mname, mod in self.named_modules():
+            for kind, store in (("param", mod._parameters), ("buffer", mod._buffers)):
+                for k, v in store.items():
+                    if v is not None:
+                        own[f"{mname}.{k}" if mname else k] = (mod, k, kind)
+        return own
 
     # -- calling
     def forward(self, *args: Any, **kwargs: Any) -> Any:  # pragma: no cover - abstract

@@ -161,12 +161,14 @@ class Optimizer:
                     }
         return {"state": state, "param_groups": groups}
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+    def load_state_dict(self, state_dict: dict[str, Any], cast: bool = False) -> None:
         """Restore hyperparameters and per-parameter state saved by ``state_dict()``.
 
         The optimizer must have been built over the same number of groups with the same number of
-        parameters each; every array in the state must have its parameter's shape (it is copied
-        and cast to the parameter's dtype).
+        parameters each, and each group must have the same hyperparameter names (so Adam's state
+        never loads into an SGD); every array in the state must have its parameter's shape and
+        dtype (``cast=True`` converts floating-point state to the parameter's dtype). Everything is
+        checked before anything changes.
         """
         name = type(self).__name__
         if not isinstance(state_dict, dict) or "state" not in state_dict or "param_groups" not in state_dict:
@@ -179,6 +181,7 @@ class Optimizer:
             )
         params: dict[int, Tensor] = {}
         for g, (ours, saved) in enumerate(zip(self.param_groups, saved_groups)):
+            check_same_hyperparameters(self, g, ours, saved)
             ids = list(saved["params"])
             if len(ids) != len(ours["params"]):
                 raise ValueError(
@@ -199,6 +202,11 @@ class Optimizer:
                         raise ValueError(
                             f"{name}.load_state_dict: state '{k}' of parameter {key} has shape {v.shape}, "
                             f"but the parameter has shape {p.shape}"
+                        )
+                    if v.dtype.kind == "f" and v.dtype != p.dtype and not cast:
+                        raise ValueError(
+                            f"{name}.load_state_dict: state '{k}' of parameter {key} is {v.dtype}, the parameter "
+                            f"{p.dtype} (cast=True converts)"
                         )
                     v = v.astype(p.dtype, copy=True) if v.dtype.kind == "f" else v.copy()
                 restored[k] = v
@@ -224,6 +232,19 @@ class Optimizer:
             lines.append(f"Parameter Group {i}")
             lines.extend(f"    {k}: {v}" for k, v in sorted(group.items()) if k != "params")
         return "\n".join(lines) + "\n)"
+
+
+def check_same_hyperparameters(opt: Optimizer, g: int, ours: dict[str, Any], saved: dict[str, Any]) -> None:
+    """Refuse a saved parameter group whose hyperparameter names are not this optimizer's (another class)."""
+    if not isinstance(saved, dict):
+        raise ValueError(f"{type(opt).__name__}.load_state_dict: parameter group {g} is a {type(saved).__name__}")
+    here, there = set(ours) - {"params"}, set(saved) - {"params"}
+    if here != there:
+        raise ValueError(
+            f"{type(opt).__name__}.load_state_dict: parameter group {g} of the checkpoint has hyperparameters "
+            f"{sorted(there - here)} this {type(opt).__name__} lacks, and lacks {sorted(here - there)}: it was "
+            "saved by another optimizer"
+        )
 
 
 class _Required:

@@ -19,6 +19,7 @@ import numpy as np
 import minidl
 import minidl.distributed as dist
 from minidl.distributed.pipeline.schedule import SCHEDULES
+from minidl.train.checks import train_timeout, validate_or_exit
 from minidl.train.loop import fit
 from minidl.train.strategies import STRATEGIES, Context, SingleProcess
 from minidl.train.strategies.base import refuse
@@ -121,13 +122,14 @@ def run(task_class: Any, argv: list[str] | None = None) -> dict[str, Any]:
         settings = {"program": task_class.name, "preset": preset, "config": cfg.as_dict(), "flags": vars(args)}
         print(json.dumps(settings, indent=2))
         return settings
+    validate_or_exit(args)  # every flag checked before anything is built: one line and exit 2 (train/checks.py)
     check_flags(args)
     minidl.manual_seed(args.seed)
     minidl.set_default_dtype(np.float64 if args.dtype == "float64" else np.float32)
     if args.parallel == "none":
         ctx = Context(SingleProcess())
     else:
-        comm = dist.init()
+        comm = dist.init(timeout=train_timeout())  # no rank waits forever: MINIDL_COMM_TIMEOUT, default 300 s
         ctx = Context(comm, comm.Get_rank(), comm.Get_size(), args.allreduce)
 
     def main() -> dict[str, Any]:

@@ -39,8 +39,9 @@ def _mpi_allreduce(comm: Any, x: np.ndarray, op: str, check: bool = True) -> np.
     from mpi4py import MPI
 
     from collectives.agreement import agree
+    from minidl.distributed.timeout import base_comm
 
-    if not isinstance(comm, MPI.Comm):
+    if not isinstance(base_comm(comm), MPI.Comm):
         raise TypeError(
             f"allreduce='mpi' needs an mpi4py communicator (MPI's own Allreduce); got {type(comm).__name__}. "
             "Use one of the collectives algorithms on the simulated communicator"

@@ -29,7 +29,9 @@ from typing import Any
 import numpy as np
 
 from minidl.distributed.comm import get_comm
-from minidl.distributed.data_parallel.allreduce import allreduce, check_algorithm
+from minidl.distributed.data_parallel.allreduce import ALGORITHMS, allreduce, check_algorithm
+from minidl.distributed.fingerprint import check_layout, optimizer_rows, parameter_rows
+from minidl.distributed.timeout import activity
 from minidl.nn.module import Module
 from minidl.optim.optimizer import Optimizer
 from minidl.tensor import Tensor
@@ -73,7 +75,14 @@ class LocalSGD:
         steps: local steps taken; ``averages``: allreductions done; ``comm_seconds``: time in them.
     """
 
-    def __init__(self, optimizer: Optimizer, average_every: int = 4, comm: Any = None, allreduce: str = "ring"):
+    def __init__(
+        self,
+        optimizer: Optimizer,
+        average_every: int = 4,
+        comm: Any = None,
+        allreduce: str = "ring",
+        named_parameters: Any = None,
+    ):
         if not isinstance(optimizer, Optimizer):
             raise TypeError(f"LocalSGD wraps a minidl optimizer (SGD, Adam, ...), got {type(optimizer).__name__}")
         if int(average_every) != average_every or average_every < 1:
@@ -85,6 +94,19 @@ class LocalSGD:
         self.steps = 0
         self.averages = 0
         self.comm_seconds = 0.0
+        self._check_ranks_agree(named_parameters)
+
+    def _check_ranks_agree(self, named_parameters: Any) -> None:
+        """Same model layout, optimizer (class, hyperparameters), average_every and algorithm on every rank,
+        else the same MismatchError on every rank (``fingerprint.py``): before the first average, not after."""
+        params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        by_id = {id(p): n for n, p in named_parameters} if named_parameters is not None else {}
+        rows = parameter_rows((by_id.get(id(p)), p) for p in params) + optimizer_rows(self.optimizer)
+        settings = [
+            ("average_every", self.average_every, int),
+            ("allreduce", ALGORITHMS.index(self.algorithm), lambda c: ALGORITHMS[c]),
+        ]
+        check_layout(self.comm, rows, "LocalSGD", settings)
 
     def __getattr__(self, name: str) -> Any:  # param_groups, state, zero_grad, state_dict, ...
         return getattr(self.optimizer, name)
@@ -107,7 +129,8 @@ class LocalSGD:
     def average(self) -> None:
         """Average the parameters over the ranks now (call it after the last step of a run)."""
         start = time.perf_counter()
-        average_parameters([p for g in self.optimizer.param_groups for p in g["params"]], self.comm, self.algorithm)
+        with activity("LocalSGD.average", step=self.steps):
+            average_parameters([p for g in self.optimizer.param_groups for p in g["params"]], self.comm, self.algorithm)
         self.comm_seconds += time.perf_counter() - start
         self.averages += 1
 

@@ -49,6 +49,8 @@ from minidl.distributed.data_parallel.allreduce import ALGORITHMS, allreduce, ch
 from minidl.distributed.data_parallel.fusion import Bucket, pack, plan_buckets, unpack
 from minidl.distributed.data_parallel.overlap import BucketOverlap
 from minidl.distributed.data_parallel.timing import StepTimings
+from minidl.distributed.fingerprint import check_layout, optimizer_rows, parameter_rows
+from minidl.distributed.timeout import activity
 from minidl.optim.optimizer import Optimizer
 from minidl.tensor import Tensor
 
@@ -69,6 +71,11 @@ class DistributedOptimizer(Optimizer):
         compression: None, or "fp16" to send float16 on the wire.
         backward_passes_per_step: k, the backward passes accumulated per allreduce and update.
         comm: the communicator (default: the one from ``dist.init()``).
+        named_parameters: ``model.named_parameters()`` (as Horovod takes it): the ranks then compare the
+            parameters' names too, so a model that declares them in another order on one rank fails
+            before the first step instead of mixing unrelated gradients.
+        overflow: what a non-finite sum after an fp16 allreduce does: "raise" (a FloatingPointError naming
+            the bucket) or "skip" (print a warning and skip the update, as a loss scaler would).
         measure_wait: put a barrier before the allreduces so ``timings`` can tell waiting for the slowest
             rank apart from communication (one extra tiny message round per step).
 
@@ -88,6 +95,8 @@ class DistributedOptimizer(Optimizer):
         backward_passes_per_step: int = 1,
         comm: Any = None,
         measure_wait: bool = True,
+        named_parameters: Any = None,
+        overflow: str = "raise",
         overlap: bool = False,
     ):
         # No Optimizer.__init__: hyperparameters and state live in the wrapped optimizer (see the properties).
@@ -107,6 +116,13 @@ class DistributedOptimizer(Optimizer):
         self.compression = _compression.check(compression)
         self.backward_passes_per_step = int(backward_passes_per_step)
         self.measure_wait = measure_wait
+        if overflow not in ("raise", "skip"):
+            raise ValueError(f"DistributedOptimizer: overflow must be 'raise' or 'skip', got {overflow!r}")
+        self.overflow = overflow
+        self.names = _names_of(named_parameters, self._params())
+        self.updates = 0  # updates applied (the step a timeout names)
+        self.skipped = 0  # updates skipped after an fp16 overflow (overflow="skip")
+        self._overflowed = False  # this update's fp16 sum was not finite (overflow="skip")
         self.timings = StepTimings()
         self.buckets: list[Bucket] = []
         self._planned_for: tuple[int, ...] = ()
@@ -114,38 +130,31 @@ class DistributedOptimizer(Optimizer):
         self._synchronized = False
         self._layout_checked = False  # have the ranks confirmed they pack the same buckets?
         self.overlap = bool(overlap)
+        self.timeline: Any = None  # a minidl.distributed.timeline.Timeline to record each bucket's allreduce
         self._overlap: BucketOverlap | None = None
         self._plan()
         self._check_ranks_agree()
         self.timings.restart()
 
-    def _check_ranks_agree(self) -> None:
-        """Every rank must wrap with the same settings: a rank with another backward_passes_per_step would
-        allreduce on other steps than the rest and leave them waiting forever. One small allgather, here."""
+    def _check_ranks_agree(self, call: str = "DistributedOptimizer") -> None:
+        """Every rank must wrap the same model and optimizer with the same settings: a rank with another
+        backward_passes_per_step would allreduce on other steps than the rest and leave them waiting forever,
+        one whose parameters differ in order or shape would mix unrelated gradients, one with another learning
+        rate or optimizer would drift apart. One small allgather of the settings and a digest of the layout
+        (``fingerprint.py``); the full table only on a mismatch."""
         if self.comm.Get_size() == 1:
             return
-        from collectives.common import TAG_CHECK
-        from collectives.fold import allgather_blocks
-
         # each setting as an integer code: (name, code, decode)
-        codes = [
+        settings = [
             ("allreduce", ALGORITHMS.index(self.algorithm), lambda c: ALGORITHMS[c]),
             ("op", OPS.index(self.op), lambda c: OPS[c]),
             ("fusion_bytes", self.fusion_bytes, int),
             ("compression", int(self.compression is not None), lambda c: "fp16" if c else None),
             ("backward_passes_per_step", self.backward_passes_per_step, int),
         ]
-        # an allgather of the codes, on the tag of the collectives' agreement checks (it is one)
-        table = np.zeros((self.comm.Get_size(), len(codes)), dtype=np.int64)
-        table[self.comm.Get_rank()] = [c for _, c, _ in codes]
-        allgather_blocks(self.comm, table.reshape(-1), len(codes), tag=TAG_CHECK)
-        differ = [i for i in range(len(codes)) if (table[:, i] != table[0, i]).any()]
-        if differ:
-            per_rank = "; ".join(
-                f"rank {r}: " + ", ".join(f"{codes[i][0]}={codes[i][2](int(row[i]))!r}" for i in differ)
-                for r, row in enumerate(table)
-            )
-            raise ValueError(f"DistributedOptimizer: ranks disagree on {[codes[i][0] for i in differ]} ({per_rank})")
+        rows = parameter_rows(zip(self.names, self._params())) + optimizer_rows(self.optimizer)
+        with activity(call):
+            check_layout(self.comm, rows, call, settings)
 
     # -- the wrapped optimizer's state is the state
     @property
@@ -164,15 +173,20 @@ class DistributedOptimizer(Optimizer):
     def defaults(self) -> dict[str, Any]:
         return self.optimizer.defaults
 
-    def add_param_group(self, group: dict[str, Any]) -> None:
+    def add_param_group(self, group: dict[str, Any], names: Any = None) -> None:
+        """Add a parameter group on every rank (collective: every rank must call it, with the same group, and the
+        ranks compare their layouts again; ``names``: the new parameters' names, if the optimizer has names)."""
         self.optimizer.add_param_group(group)
+        added = self.optimizer.param_groups[-1]["params"]
+        self.names = self.names + (list(names) if names is not None else [None] * len(added))
         self._plan()
+        self._check_ranks_agree("DistributedOptimizer.add_param_group")
 
     def state_dict(self) -> dict[str, Any]:
         return self.optimizer.state_dict()
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict(state_dict)
+    def load_state_dict(self, state_dict: dict[str, Any], cast: bool = False) -> None:
+        self.optimizer.load_state_dict(state_dict, cast=cast)
 
     # -- the fusion plan
     def _params(self) -> list[Tensor]:
@@ -198,6 +212,13 @@ class DistributedOptimizer(Optimizer):
                 p.register_post_accumulate_grad_hook(lambda t: self._overlap and self._overlap.param_ready(t))
                 hooked.add(id(p))
         self._hooked = hooked
+
+    def record(self, k: int, began: float, thread: str) -> None:
+        """Bucket k's allreduce, from ``began`` until now, on the timeline (when one is kept: ``--timeline``)."""
+        if self.timeline is not None:
+            bucket = self.buckets[k]
+            args = {"algorithm": self.algorithm, "bytes": int(bucket.nbytes), "tensors": len(bucket.params)}
+            self.timeline.add(f"allreduce bucket {k}", began, time.perf_counter(), thread, **args)
 
     def _scale(self) -> float:
         """What the summed gradients are multiplied by: 1 / (ranks x accumulated passes) for "average"."""
@@ -239,7 +260,8 @@ class DistributedOptimizer(Optimizer):
         scale = self._scale()
         if self._overlap is not None and size > 1:
             # the buckets launched during backward; what is left now, then wait (exposed communication)
-            self._overlap.finish()
+            with activity("DistributedOptimizer.step", step=self.updates):
+                self._overlap.finish()  # (an fp16 overflow sets self._overflowed from the communication thread)
             self._layout_checked = True
         elif size == 1:
             if scale != 1.0:
@@ -247,15 +269,27 @@ class DistributedOptimizer(Optimizer):
                     if p.grad is not None:
                         p.grad *= scale
         else:
-            if self.measure_wait:
-                self.comm.Barrier()
-                now = time.perf_counter()
-                self.timings.add("wait", now - start)
-                start = now
-            # the first exchange checks that every rank packs the same sizes and dtypes; later ones need not
-            allreduce_buckets(
-                self.buckets, self.comm, self.algorithm, scale, self.compression, check=not self._layout_checked
-            )
+            with activity("DistributedOptimizer.step", step=self.updates):
+                if self.measure_wait:
+                    self.comm.Barrier()
+                    now = time.perf_counter()
+                    self.timings.add("wait", now - start)
+                    if self.timeline is not None:
+                        self.timeline.add("wait", start, now)
+                    start = now
+                for k, bucket in enumerate(self.buckets):
+                    began = time.perf_counter()
+                    # the first exchange checks that every rank packs the same sizes and dtypes; later ones need not
+                    self._overflowed |= not allreduce_buckets(
+                        [bucket],
+                        self.comm,
+                        self.algorithm,
+                        scale,
+                        self.compression,
+                        check=not self._layout_checked,
+                        overflow=self.overflow,
+                    )
+                    self.record(k, began, "main")
             self._layout_checked = True
         self.timings.add("communication", time.perf_counter() - start)
         self.timings.restart()
@@ -275,7 +309,12 @@ class DistributedOptimizer(Optimizer):
             self._passes += 1
             return False
         self.synchronize()
-        self.optimizer.step()
+        if self._overflowed:  # overflow="skip": the sum is not finite on any rank, so every rank skips
+            self.skipped += 1
+            self._overflowed = False
+        else:
+            self.optimizer.step()
+        self.updates += 1
         self._passes = 0
         self._synchronized = False
         self.timings.end_step()
@@ -291,13 +330,34 @@ class DistributedOptimizer(Optimizer):
 
 
 def allreduce_buckets(
-    buckets: list[Bucket], comm: Any, algorithm: str, scale: float, compression: str | None = None, check: bool = True
-) -> None:
-    """For each bucket: pack the gradients, compress, allreduce (sum), decompress, unpack times ``scale``."""
-    for bucket in buckets:
-        wire = _compression.compress(pack(bucket), compression)
-        reduced = allreduce(comm, wire, algorithm, "sum", check=check)
-        unpack(bucket, _compression.decompress(reduced, bucket.dtype), scale)
+    buckets: list[Bucket],
+    comm: Any,
+    algorithm: str,
+    scale: float,
+    compression: str | None = None,
+    check: bool = True,
+    overflow: str = "raise",
+) -> bool:
+    """For each bucket: pack the gradients, compress, allreduce (sum), decompress, unpack times ``scale``.
+
+    With compression the gradients are multiplied by ``scale`` *before* the cast (so an average of
+    gradients below fp16's 65504 stays finite however many ranks add up), and a sum that is still not
+    finite raises a FloatingPointError naming the bucket, or (``overflow="skip"``) prints a warning and
+    returns False: every rank sees the same sum, so every rank skips. Returns True when all is finite.
+    """
+    finite = True
+    for i, bucket in enumerate(buckets):
+        packed = pack(bucket)
+        prescale = compression is not None and scale != 1.0
+        if prescale:
+            packed *= packed.dtype.type(scale)
+        with np.errstate(over="ignore"):  # an fp16 overflow is reported below, naming the bucket
+            reduced = allreduce(comm, _compression.compress(packed, compression), algorithm, "sum", check=check)
+        if compression is not None and not np.isfinite(reduced).all():
+            finite = False
+            _compression.report_overflow(i, bucket, comm.Get_size(), overflow)
+        unpack(bucket, _compression.decompress(reduced, bucket.dtype), 1.0 if prescale else scale)
+    return finite
 
 
 def average_gradients(params: list[Tensor], algorithm: str = "ring", comm: Any = None) -> None:
@@ -308,6 +368,14 @@ def average_gradients(params: list[Tensor], algorithm: str = "ring", comm: Any =
     comm = get_comm(comm)
     if comm.Get_size() > 1:
         allreduce_buckets(plan_buckets(params, DEFAULT_FUSION_BYTES), comm, algorithm, 1.0 / comm.Get_size())
+
+
+def _names_of(named_parameters: Any, params: list[Tensor]) -> list[str | None]:
+    """The name of each optimized parameter, in the optimizer's order (None where there are no names)."""
+    if named_parameters is None:
+        return [None] * len(params)
+    by_id = {id(p): name for name, p in named_parameters}
+    return [by_id.get(id(p)) for p in params]
 
 
 __all__ = ["DistributedOptimizer", "allreduce_buckets", "average_gradients", "DEFAULT_FUSION_BYTES"]

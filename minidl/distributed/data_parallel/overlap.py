@@ -33,6 +33,9 @@ from minidl.tensor import Tensor
 
 def check_thread_level(comm: Any) -> None:
     """Refuse a real MPI communicator whose library runs without MPI_THREAD_SERIALIZED or better."""
+    from minidl.distributed.timeout import base_comm
+
+    comm = base_comm(comm)  # under a TimeoutComm or CountingComm
     if type(comm).__module__.split(".")[0] != "mpi4py":
         return  # the simulated communicator is thread-safe
     from mpi4py import MPI
@@ -52,7 +55,6 @@ class BucketOverlap:
         self.opt = opt
         self.bucket_of = {id(p): k for k, b in enumerate(opt.buckets) for p in b.params}
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="minidl-allreduce")
-        self.events: list[tuple[str, float, float, dict[str, Any]]] = []  # (name, start, end, args): timeline
         self._reset()
 
     def _reset(self) -> None:
@@ -76,10 +78,12 @@ class BucketOverlap:
     def _allreduce(self, k: int, scale: float, check: bool) -> None:
         from minidl.distributed.data_parallel.optimizer import allreduce_buckets
 
-        bucket, start = self.opt.buckets[k], time.perf_counter()
-        allreduce_buckets([bucket], self.opt.comm, self.opt.algorithm, scale, self.opt.compression, check=check)
-        args = {"bucket": k, "algorithm": self.opt.algorithm, "bytes": int(bucket.nbytes)}
-        self.events.append((f"allreduce bucket {k}", start, time.perf_counter(), args))
+        began, opt = time.perf_counter(), self.opt
+        if not allreduce_buckets(
+            [opt.buckets[k]], opt.comm, opt.algorithm, scale, opt.compression, check, opt.overflow
+        ):
+            opt._overflowed = True  # overflow="skip": step() skips this update (an fp16 sum that is not finite)
+        opt.record(k, began, "comm")
 
     def finish(self) -> None:
         """Launch the buckets not launched yet, in order, and wait for every allreduce of this step."""

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from minidl.distributed.comm import get_comm
+from minidl.distributed.fingerprint import check_layout
 
 
 def epoch_permutation(n: int, epoch: int, seed: int = 0) -> np.ndarray:
@@ -50,6 +51,13 @@ class DistributedSampler:
             ``size`` and split evenly, dropping at most ``size - 1`` examples).
         rank, size: this rank and the number of ranks (default: the initialized communicator's).
 
+    Every rank gets the same number of batches (``len(sampler)``), each of ``batch_size`` indices
+    except, with ``drop_last=False``, the last, which is cut to a multiple of ``size`` (PyTorch's
+    DistributedSampler pads instead; either way no rank takes a step the others do not). Built from a
+    communicator (no ``rank``/``size`` given), it checks that every rank passes the same ``n``,
+    ``batch_size``, ``seed``, ``shuffle`` and ``drop_last``, and raises the same MismatchError on
+    every rank otherwise.
+
     Iterating gives index arrays; ``state_dict()`` records (epoch, batches already taken) so a
     resumed run continues with the next batch of the same permutation.
     """
@@ -65,7 +73,8 @@ class DistributedSampler:
         size: int | None = None,
         comm: Any = None,
     ):
-        if rank is None or size is None:
+        checked = rank is None or size is None
+        if checked:
             comm = get_comm(comm)
             rank, size = comm.Get_rank(), comm.Get_size()
         if not 0 <= rank < size:
@@ -79,6 +88,15 @@ class DistributedSampler:
         self.rank, self.size = rank, size
         self.epoch = 0
         self.position = 0  # batches of this epoch already handed out
+        if checked:  # ranks that see datasets of other sizes would take other numbers of steps, and hang
+            settings = [
+                ("n", n, int),
+                ("batch_size", batch_size, int),
+                ("seed", seed, int),
+                ("shuffle", int(shuffle), bool),
+                ("drop_last", int(drop_last), bool),
+            ]
+            check_layout(comm, [], "DistributedSampler", settings)
 
     @property
     def global_batch_size(self) -> int:

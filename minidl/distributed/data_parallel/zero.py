@@ -52,6 +52,7 @@ from collectives.common import block_bounds
 from minidl.distributed.comm import get_comm
 from minidl.distributed.data_parallel.fusion import Bucket, pack, plan_buckets
 from minidl.distributed.data_parallel.timing import StepTimings
+from minidl.distributed.fingerprint import check_layout, optimizer_rows, parameter_rows
 from minidl.nn.module import Module, Parameter
 from minidl.optim.optimizer import Optimizer
 from minidl.tensor import Tensor
@@ -85,6 +86,10 @@ class ZeroOptimizer:
         self.params = [p for g in optimizer.param_groups for p in g["params"]]
         if len({p.data.dtype for p in self.params}) != 1:
             raise ValueError("not supported: ZeRO over parameters of several dtypes (one flat vector per dtype)")
+        # same parameters (names when module is given), optimizer and stage on every rank, before any sharding
+        names = {id(p): n for n, p in module.named_parameters()} if module is not None else {}
+        rows = parameter_rows((names.get(id(p)), p) for p in self.params) + optimizer_rows(optimizer)
+        check_layout(self.comm, rows, "ZeroOptimizer", [("stage", stage, int)])
         # The packed layout of DistributedOptimizer's single fusion bucket (parameters in reverse order of the
         # forward, then presence flags), so that the reduce-scatter adds each element as its allreduce does.
         (self.bucket,) = plan_buckets(reversed(self.params), fusion_bytes=2**62)

@@ -60,6 +60,7 @@ from typing import Any
 import numpy as np
 
 from minidl.distributed.comm import get_comm
+from minidl.distributed.timeout import base_comm
 from minidl.nn.module import Module
 from minidl.tensor import Tensor
 
@@ -135,6 +136,22 @@ def param_list(model_or_params: Module | Iterable[Tensor]) -> list[Tensor]:
     return params
 
 
+def check_same_model(comm: Any, model: Any, params: list[Tensor], num_servers: int, mode: int) -> None:
+    """Collective over servers and workers, before the first message: the same parameters (names, order, shapes,
+    dtypes), the same number of servers and the same mode on every rank, else the same MismatchError on all.
+    Without it a worker whose model declares its parameters in another order pushes gradients into the wrong
+    tensors of the same shape."""
+    from minidl.distributed.fingerprint import check_layout, parameter_rows
+
+    if isinstance(model, Module):
+        named: Iterable[tuple[str | None, Tensor]] = model.named_parameters()
+    else:
+        named = ((None, p) for p in params)
+    settings = [("num_servers", int(num_servers), int), ("mode", mode, lambda m: MODE_NAMES[m])]
+    # a one-time check, not the protocol's traffic: past a CountingComm, which measures the protocol
+    check_layout(getattr(comm, "inner", comm), parameter_rows(named), "parameter server", settings)
+
+
 @dataclass
 class Shard:
     """The parameters one server holds, in model order, and the layout of their flat payload."""
@@ -201,7 +218,7 @@ def mpi_names(comm: Any) -> tuple[Any, int]:
     """A fresh ``Status`` and the ``ANY_SOURCE`` value of ``comm``'s kind (simulated or mpi4py)."""
     from collectives import simulated
 
-    base = getattr(comm, "inner", comm)  # see through a CountingComm
+    base = base_comm(comm)  # see through a CountingComm or a TimeoutComm
     if isinstance(base, simulated.SimulatedComm):
         return simulated.Status(), simulated.ANY_SOURCE
     from mpi4py import MPI

@@ -28,6 +28,7 @@ from minidl.distributed.parameter_server.protocol import (
     ServerStats,
     check_bound,
     check_roles,
+    check_same_model,
     mpi_names,
     param_list,
     shards_of,
@@ -68,12 +69,14 @@ class ParameterServer:
         if rank >= num_servers:
             raise ValueError(f"ParameterServer on rank {rank}: servers are ranks 0..{num_servers - 1}")
         check_bound(staleness_bound, asynchronous)
-        self.shard = shards_of(param_list(model), num_servers)[rank]
+        params = param_list(model)
+        self.shard = shards_of(params, num_servers)[rank]
         self.optimizer = make_optimizer(self.shard.params)
         self.workers = list(range(num_servers, size))
         self.asynchronous = asynchronous
         self.staleness_bound = staleness_bound
         self.mode = SYNC if not asynchronous else (ASYNC if staleness_bound is None else ASYNC_BOUNDED)
+        check_same_model(self.comm, model, params, num_servers, self.mode)
         self.version = 0  # updates applied so far (synchronous: averaged steps)
         self.after_update = after_update
         self.stats = ServerStats(rank, MODE_NAMES[self.mode], len(self.workers))

@@ -25,6 +25,7 @@ from minidl.distributed.parameter_server.protocol import (
     Message,
     check_bound,
     check_roles,
+    check_same_model,
     param_list,
     shards_of,
 )
@@ -69,6 +70,7 @@ class PSWorker:
         self.fetch_every = int(fetch_every)
         self.staleness_bound = staleness_bound
         self.mode = SYNC if not asynchronous else (ASYNC if staleness_bound is None else ASYNC_BOUNDED)
+        check_same_model(self.comm, model, self.params, num_servers, self.mode)
         self.versions = [0] * num_servers  # the server version each shard of our copy comes from
         self.steps = 0  # gradients accepted
         self.rejected = 0

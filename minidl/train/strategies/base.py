@@ -26,6 +26,7 @@ import minidl.distributed as dist
 from minidl import optim
 from minidl.nn.container import Sequential
 from minidl.nn.module import Module
+from minidl.train.checks import check_resume_settings, position_units
 
 
 class SingleProcess:
@@ -158,6 +159,7 @@ class Strategy:
     def checkpoint(self, task: Any, pos: Position, preset: str, final: bool) -> None:
         rank_state = {**task.carried_state(), "rng": dist.rng_state(minidl.default_generator())}
         state = {"epoch": pos.epoch, "window": pos.window, "step": pos.step, "preset": preset}
+        state["settings"] = position_units(task.cfg, self.ctx.size)  # what the position counts in
         dist.save_checkpoint(self.args.save, self.model, self.base, None, state, rank_state, comm=self.ctx.comm)
 
     def resume(self, task: Any, preset: str) -> Position:
@@ -167,6 +169,7 @@ class Strategy:
             raise ValueError(
                 f"--resume {path}: the checkpoint was written with --preset {state['preset']}, this run has --preset {preset}"
             )
+        check_resume_settings(path, state.get("settings", {}), position_units(task.cfg, self.ctx.size))
         dist.set_rng_state(minidl.default_generator(), mine.pop("rng"))
         pos = Position(int(state["epoch"]), int(state["window"]), int(state["step"]))
         task.restore_state(mine if pos.window else {})

@@ -1,0 +1,95 @@
+"""Single convolution layers, forward + backward, every minidl algorithm against PyTorch (``cnn.py --layers``).
+
+Layers: ResNet-50's 3x3 convolutions at 56x56x64, 28x28x128, 14x14x256 and 7x7x512 and its 1x1
+ones (64 -> 256 and 256 -> 64 at 56x56), at batch 8; ResNet-20's at batch 64. One step is
+y = conv(x); y.backward(g) with gradients for the input and the weight. Within each repeat the
+candidates run one after another (interleaved), each timed in CPU seconds of this thread (load from
+other processes on a shared machine inflates wall time, not this); printed are the median over the
+repeats with the spread (min-max) in ms, each one's ratio to PyTorch, and the process's peak RSS.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import numpy as np
+from harness import median_spread, peak_rss_mb
+
+import minidl
+import minidl.nn.functional as F
+
+LAYERS = [  # (name, N, C, H=W, O, k, stride, padding)
+    ("R50 3x3 56x56x64", 8, 64, 56, 64, 3, 1, 1),
+    ("R50 3x3 28x28x128", 8, 128, 28, 128, 3, 1, 1),
+    ("R50 3x3 14x14x256", 8, 256, 14, 256, 3, 1, 1),
+    ("R50 3x3 7x7x512", 8, 512, 7, 512, 3, 1, 1),
+    ("R50 1x1 56x56 64->256", 8, 64, 56, 256, 1, 1, 0),
+    ("R50 1x1 56x56 256->64", 8, 256, 56, 64, 1, 1, 0),
+    ("R20 3x3 32x32x16", 64, 16, 32, 16, 3, 1, 1),
+    ("R20 3x3 16x16x32", 64, 32, 16, 32, 3, 1, 1),
+    ("R20 3x3 8x8x64", 64, 64, 8, 64, 3, 1, 1),
+    ("R20 3x3 s2 32->16x16x32", 64, 16, 32, 32, 3, 2, 1),
+]
+
+
+def _minidl_step(x, w, g, stride, padding, method):
+    def step():
+        xt, wt = minidl.tensor(x, requires_grad=True), minidl.tensor(w, requires_grad=True)
+        F.conv2d(xt, wt, None, stride, padding, method=method).backward(g)
+
+    return step
+
+
+def _torch_step(x, w, g, stride, padding):
+    import torch
+
+    xt, wt, gt = (torch.from_numpy(a.copy()) for a in (x, w, g))
+
+    def step():
+        xr, wr = xt.detach().requires_grad_(), wt.detach().requires_grad_()
+        torch.nn.functional.conv2d(xr, wr, None, stride, padding).backward(gt)
+
+    return step
+
+
+def _candidates(layer, rng):
+    _, n, c, s, o, k, stride, padding = layer
+    x = rng.standard_normal((n, c, s, s), dtype=np.float32)
+    w = (rng.standard_normal((o, c, k, k)) / np.sqrt(c * k * k)).astype(np.float32)
+    oh = (s + 2 * padding - k) // stride + 1
+    g = rng.standard_normal((n, o, oh, oh), dtype=np.float32)
+    methods = ["auto", "im2col", "gemm"] + (["implicit"] if stride == 1 else [])
+    cands = {m: _minidl_step(x, w, g, stride, padding, m) for m in methods}
+    try:
+        import torch
+
+        torch.set_num_threads(1)
+        cands["torch"] = _torch_step(x, w, g, stride, padding)
+    except ImportError:
+        pass
+    return cands
+
+
+def main(quick: bool = False, repeats: int = 5) -> None:
+    rng = np.random.default_rng(0)
+    layers = LAYERS[:1] + LAYERS[6:7] if quick else LAYERS
+    repeats = 1 if quick else repeats
+    print(f"conv layers, forward + backward (dx, dW), float32, 1 thread; median (min-max) ms of {repeats} repeats")
+    for layer in layers:
+        cands = _candidates(layer, rng)
+        for step in cands.values():
+            step()  # warm-up
+        times: dict[str, list[float]] = {m: [] for m in cands}
+        for _ in range(repeats):
+            for m, step in cands.items():
+                t0 = time.thread_time()
+                step()
+                times[m].append(1e3 * (time.thread_time() - t0))
+        ref = statistics.median(times["torch"]) if "torch" in times else None
+        cells = []
+        for m, ts in times.items():
+            ratio = f" {ref / statistics.median(ts):.2f}x" if ref and m != "torch" else ""
+            cells.append(f"{m} {median_spread(ts)}{ratio}")
+        print(f"{layer[0]:>24}: " + " | ".join(cells))
+    print(f"peak RSS {peak_rss_mb():,.0f} MB (one process; ratios are torch time / minidl time, > 1 is faster)")

@@ -1,0 +1,273 @@
+"""No rank waits forever without a word: a communicator whose blocking calls give up after a deadline.
+
+In a collective every rank waits for its partners. If one rank has finished its loop early, taken
+another branch, or died without MPI noticing, its partners wait forever and the job hangs in
+silence. ``TimeoutComm(comm, seconds)`` wraps a communicator (mpi4py's or a simulated one) and
+turns every blocking call into non-blocking requests polled against a deadline::
+
+    Send / Recv / Sendrecv  ->  Isend / Irecv, then Test until done or the deadline passes
+    Wait on a request       ->  the same polling
+    Barrier, Allreduce      ->  Ibarrier / Iallreduce where the communicator has them
+                                (else a dissemination barrier over point-to-point requests)
+
+A rank still waiting when the deadline passes raises ``CommTimeoutError`` naming the call, what it
+was doing (``activity``: "DistributedOptimizer.step, step 12"), and the peers it waits for. Under
+``dist.run`` the job then ends (MPI_Abort) instead of hanging.
+
+Polling costs a little latency: the first tests spin, then the rank sleeps between tests, 10 us
+doubling up to 1 ms (a wait that long is already long), which also frees the core for the rank
+that is late when ranks share cores.
+
+The library's default is no timeout. ``MINIDL_COMM_TIMEOUT=SECONDS`` in the environment (or
+``dist.init(timeout=SECONDS)``) turns it on; ``python -m minidl.train`` turns it on by default
+(``DEFAULT_TRAIN_TIMEOUT``). ``0`` or ``off`` turns it off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+ENV = "MINIDL_COMM_TIMEOUT"
+DEFAULT_TRAIN_TIMEOUT = 300.0  # seconds: python -m minidl.train's default, far above any step of its models
+SPINS = 50  # tests before the first sleep
+FIRST_PAUSE, MAX_PAUSE = 1e-5, 1e-3  # seconds between tests after the spins: doubling, capped
+_BARRIER_TAG = 7401  # the dissemination barrier's tag, on a Dup of the communicator (its own context)
+
+_local = threading.local()
+
+
+class CommTimeoutError(TimeoutError):
+    """A rank waited longer than the communication timeout; the message names the call, the step and the peers."""
+
+
+def timeout_from_env(default: float | None = None) -> float | None:
+    """Seconds from ``MINIDL_COMM_TIMEOUT`` (unset: ``default``; ``0``, ``off``, ``none``: no timeout)."""
+    raw = os.environ.get(ENV)
+    if raw is None or raw.strip() == "":
+        return default
+    if raw.strip().lower() in ("0", "off", "none", "no"):
+        return None
+    try:
+        seconds = float(raw)
+    except ValueError:
+        raise ValueError(f"{ENV}={raw!r}: expected a number of seconds (or 0/off)") from None
+    if not seconds > 0 or seconds == float("inf"):
+        raise ValueError(f"{ENV}={raw!r}: expected a positive finite number of seconds (or 0/off)")
+    return seconds
+
+
+@contextlib.contextmanager
+def activity(what: str, step: int | None = None) -> Iterator[None]:
+    """Name what this rank is doing (and at which step) for a timeout's message; activities nest."""
+    stack = _stack()
+    stack.append(what if step is None else f"{what} at step {step}")
+    try:
+        yield
+    finally:
+        stack.pop()
+
+
+def _stack() -> list[str]:
+    if not hasattr(_local, "stack"):
+        _local.stack = []
+    return _local.stack
+
+
+def unwrap(comm: Any) -> Any:
+    """The communicator under any TimeoutComm wrappers."""
+    while isinstance(comm, TimeoutComm):
+        comm = comm.comm
+    return comm
+
+
+def base_comm(comm: Any) -> Any:
+    """The communicator under every wrapper (TimeoutComm, CountingComm's ``inner``): an mpi4py or a simulated
+    one, for isinstance checks and for the Status type a receive needs."""
+    while True:
+        if isinstance(comm, TimeoutComm):
+            comm = comm.comm
+        elif hasattr(comm, "inner"):
+            comm = comm.inner
+        else:
+            return comm
+
+
+def with_timeout(comm: Any, seconds: float | None) -> Any:
+    """``comm`` wrapped in a TimeoutComm of ``seconds`` (None: ``comm`` itself, unwrapped)."""
+    inner = unwrap(comm)
+    return inner if seconds is None else TimeoutComm(inner, seconds)
+
+
+class TimeoutComm:
+    """``comm`` with a deadline on every blocking call (see the module doc); anything else passes through."""
+
+    def __init__(self, comm: Any, seconds: float):
+        if not seconds > 0:
+            raise ValueError(f"TimeoutComm: seconds must be > 0, got {seconds}")
+        self.comm, self.seconds = comm, float(seconds)
+        self._barrier_comm: Any = None
+        self._any_source, self._any_tag = _wildcards(comm)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.comm, name)
+
+    def Get_rank(self) -> int:
+        return self.comm.Get_rank()
+
+    def Get_size(self) -> int:
+        return self.comm.Get_size()
+
+    # -- point to point
+    def Isend(self, buf: Any, dest: int, tag: int = 0, _call: str = "Isend") -> TimedRequest:
+        what = f"send to rank {dest} (tag {tag})"
+        return TimedRequest(self, self.comm.Isend(buf, dest, tag), _call, what, [dest])
+
+    def Irecv(self, buf: Any, source: int | None = None, tag: int | None = None, _call: str = "Irecv") -> TimedRequest:
+        any_source, any_tag = self._any_source, self._any_tag
+        source = any_source if source is None else source
+        tag = any_tag if tag is None else tag
+        what = f"receive from {'any rank' if source == any_source else f'rank {source}'}"
+        what += "" if tag == any_tag else f" (tag {tag})"
+        return TimedRequest(
+            self, self.comm.Irecv(buf, source, tag), _call, what, [] if source == any_source else [source]
+        )
+
+    def Send(self, buf: Any, dest: int, tag: int = 0) -> None:
+        self.Isend(buf, dest, tag, _call="Send").Wait()
+
+    def Recv(self, buf: Any, source: int | None = None, tag: int | None = None, status: Any = None) -> None:
+        self.Irecv(buf, source, tag, _call="Recv").Wait(status)
+
+    def Sendrecv(
+        self,
+        sendbuf: Any,
+        dest: int,
+        sendtag: int = 0,
+        recvbuf: Any = None,
+        source: int | None = None,
+        recvtag: int | None = None,
+        status: Any = None,
+    ) -> None:
+        recv = self.Irecv(recvbuf, source, recvtag, _call="Sendrecv")
+        send = self.Isend(sendbuf, dest, sendtag, _call="Sendrecv")
+        self.wait([(recv, status), (send, None)], "Sendrecv")
+
+    # -- collectives MPI provides
+    def Barrier(self) -> None:
+        if callable(getattr(self.comm, "Ibarrier", None)):
+            self.wait([(self.comm.Ibarrier(), None)], "Barrier", peers=_all_others(self))
+        else:
+            self._dissemination_barrier()
+
+    def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Any = None) -> None:
+        if not callable(getattr(self.comm, "Iallreduce", None)):
+            raise TypeError(f"TimeoutComm: {type(self.comm).__name__} has no Iallreduce")
+        args = (sendbuf, recvbuf) if op is None else (sendbuf, recvbuf, op)
+        self.wait([(self.comm.Iallreduce(*args), None)], "Allreduce", peers=_all_others(self))
+
+    def _dissemination_barrier(self) -> None:
+        """ceil(log2 p) rounds: in round k rank r signals r + 2^k and waits for r - 2^k (Hensgen et al. 1988)."""
+        if self._barrier_comm is None:
+            self._barrier_comm = TimeoutComm(self.comm.Dup(), self.seconds)
+        comm, me, p, d = self._barrier_comm, self.Get_rank(), self.Get_size(), 1
+        token, sink = np.zeros(1, np.uint8), np.zeros(1, np.uint8)
+        with activity("Barrier"):
+            while d < p:
+                comm.Sendrecv(token, (me + d) % p, _BARRIER_TAG, sink, (me - d) % p, _BARRIER_TAG)
+                d *= 2
+
+    # -- new communicators carry the timeout
+    def Dup(self) -> TimeoutComm:
+        return TimeoutComm(self.comm.Dup(), self.seconds)
+
+    Clone = Dup
+
+    def Split(self, color: int = 0, key: int = 0) -> TimeoutComm:
+        return TimeoutComm(self.comm.Split(color, key), self.seconds)
+
+    # -- the deadline
+    def wait(self, pending: Sequence[tuple[Any, Any]], call: str, peers: Sequence[int] | None = None) -> None:
+        """Test every (request, status) until all are done; past the deadline raise CommTimeoutError."""
+        start = time.monotonic()
+        pending, tests, pause = list(pending), 0, FIRST_PAUSE
+        while pending:
+            pending = [(r, s) for r, s in pending if not _test(r, s)]
+            if not pending:
+                return
+            tests += 1
+            waited = time.monotonic() - start
+            if waited > self.seconds:
+                raise self._timeout_error(call, waited, pending, peers)
+            if tests > SPINS:
+                time.sleep(pause)
+                pause = min(2 * pause, MAX_PAUSE)
+
+    def _timeout_error(self, call: str, waited: float, pending: list, peers: Sequence[int] | None) -> CommTimeoutError:
+        whats = [r.what if isinstance(r, TimedRequest) else call for r, _ in pending]
+        if peers is None:
+            peers = sorted({p for r, _ in pending if isinstance(r, TimedRequest) for p in r.peers})
+        doing = " > ".join(_stack()) or "a communication call outside any named step"
+        peer_text = f"rank{'s' if len(peers) > 1 else ''} {_ranks(peers)}" if peers else "any rank"
+        return CommTimeoutError(
+            f"rank {self.Get_rank()} of {self.Get_size()}: no progress for {waited:.1f} s ({ENV}={self.seconds:g}) "
+            f"in {call} during {doing}, waiting for {peer_text}: {'; '.join(whats)}. A rank may have stopped early, "
+            "taken another branch, or died"
+        )
+
+
+class TimedRequest:
+    """A request whose ``Wait`` gives up at the communicator's deadline."""
+
+    def __init__(self, owner: TimeoutComm, request: Any, call: str, what: str, peers: list[int]):
+        self.owner, self.request, self.call, self.what, self.peers = owner, request, call, what, peers
+
+    def Test(self, status: Any = None) -> bool:
+        return _test(self.request, status)
+
+    def Wait(self, status: Any = None) -> bool:
+        self.owner.wait([(self, status)], self.call, peers=self.peers)
+        return True
+
+    @staticmethod
+    def Waitall(requests: Sequence[Any], statuses: list[Any] | None = None) -> bool:
+        """Complete all ``requests`` (TimedRequests of one communicator) under its deadline."""
+        requests = list(requests)
+        if requests:
+            pending = [(r, statuses[i] if statuses else None) for i, r in enumerate(requests)]
+            requests[0].owner.wait(pending, "Waitall")
+        return True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.request, name)
+
+
+def _test(request: Any, status: Any) -> bool:
+    if isinstance(request, TimedRequest):
+        request = request.request
+    return bool(request.Test() if status is None else request.Test(status))
+
+
+def _wildcards(comm: Any) -> tuple[int, int]:
+    """(ANY_SOURCE, ANY_TAG) of ``comm``'s kind: mpi4py's (they differ between MPI libraries) or the simulated one's."""
+    MPI = sys.modules.get("mpi4py.MPI")  # an mpi4py communicator means mpi4py.MPI is loaded; never load it here
+    if MPI is not None and isinstance(comm, MPI.Comm):
+        return MPI.ANY_SOURCE, MPI.ANY_TAG
+    from collectives.simulated import ANY_SOURCE, ANY_TAG
+
+    return ANY_SOURCE, ANY_TAG
+
+
+def _all_others(comm: Any) -> list[int]:
+    return [r for r in range(comm.Get_size()) if r != comm.Get_rank()]
+
+
+def _ranks(peers: Sequence[int]) -> str:
+    return ", ".join(str(p) for p in peers)

@@ -1,0 +1,246 @@
+"""``python -m minidl.simulate lm|cnn``: the data-parallel trainer's step on 1 to thousands of nodes, in virtual time.
+
+    python -m minidl.simulate lm --nodes 1,2,4,8,16,32 --network 10gbe --allreduce ring
+    python -m minidl.simulate lm --preset small --network 1gbe,ib-edr --allreduce ring,tree --plot speedup.png
+    python -m minidl.simulate cnn --profile params=25.6e6,rate=100,batch=64 --network ib-fdr --nodes 1,2,4,8,16
+    python -m minidl.simulate lm --cores-per-node 28 --core-speed 0.5 --efficiency 0.6 --overlap --json
+
+The compute comes from one real rank's training step on this machine (``minidl.simulate.profile``), or from a
+saved or described profile (``--profile``); a node description (``--cores-per-node``, ``--core-speed``,
+``--efficiency``, ``--ranks-per-node``) scales it; each gradient bucket's allreduce costs what the network
+simulator says (``collectives.allreduce_time``). Weak scaling: the batch per rank is fixed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from collectives.cost import get_params, load_params
+from collectives.network import known_networks
+from minidl.simulate.network import ALGORITHMS, allreduce_time
+from minidl.simulate.node import NodeSpec
+from minidl.simulate.profile import Profile, described
+from minidl.simulate.step import Row, scaling
+from minidl.simulate.tasks import TaskOptions, profile_task
+
+
+class UsageError(Exception):
+    """A bad flag value: printed as one line naming the flag, exit status 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m minidl.simulate", description=__doc__.split("\n")[0])
+    p.add_argument("task", choices=("lm", "cnn"), help="the training program whose step is simulated")
+    c = p.add_argument_group("cluster")
+    c.add_argument("--nodes", default="1,2,4,8,16,32", help="node counts, comma-separated (default 1,...,32)")
+    c.add_argument(
+        "--network",
+        default="crossbar",
+        help=f"network(s), comma-separated: {', '.join(known_networks())} (default crossbar: cost.py's model)",
+    )
+    c.add_argument("--allreduce", default="ring", help=f"algorithm(s), comma-separated: {', '.join(ALGORITHMS)}")
+    c.add_argument("--topology", help="switch (default for a named network), crossbar, fattree, torus2d, torus3d")
+    c.add_argument("--oversubscription", help="fat tree: leaf uplink oversubscription (1: full bisection)")
+    c.add_argument("--leaf-size", help="fat tree: nodes per leaf switch")
+    c.add_argument("--dims", help="torus: its sides, e.g. 8x8 or 4x4x4")
+    c.add_argument("--params", metavar="FILE", help="cost parameters (alpha, beta, gamma) from calibrate, as JSON")
+    c.add_argument("--overlap", action="store_true", help="allreduce each bucket as soon as it is ready")
+    n = p.add_argument_group("node (scales the measured compute)")
+    n.add_argument("--ranks-per-node", default="1", help="ranks on each node (default 1)")
+    n.add_argument("--cores-per-node", help="cores of a node (default: one per rank)")
+    n.add_argument("--core-speed", default="1", help="speed of a core relative to this machine's (default 1)")
+    n.add_argument("--efficiency", default="1", help="fraction of the ideal speed-up from a rank's cores (default 1)")
+    t = p.add_argument_group("profile (default: measured here on the trainer's preset)")
+    t.add_argument("--profile", help="a profile JSON file, or a description params=N,rate=R,batch=B[,unit=images]")
+    t.add_argument("--save-profile", metavar="FILE", help="write the profile used as JSON")
+    t.add_argument("--preset", help="the trainer's preset (default demo)")
+    t.add_argument("--batch-size", type=int, help="items per rank per step (LM: streams)")
+    t.add_argument("--num-steps", type=int, help="LM: BPTT window")
+    t.add_argument("--hidden-size", type=int)
+    t.add_argument("--layers", type=int)
+    t.add_argument("--vocab", type=int, help="LM: vocabulary size (default: the preset's corpus)")
+    t.add_argument("--depth", type=int)
+    t.add_argument("--width", type=int)
+    t.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    t.add_argument("--fusion-mb", type=float, default=64.0, help="tensor fusion MiB per bucket (default 64)")
+    t.add_argument("--profile-steps", type=int, default=5, help="steps measured (median; default 5)")
+    o = p.add_argument_group("output")
+    o.add_argument("--json", action="store_true", help="one JSON object per row")
+    o.add_argument("--plot", metavar="FILE", help="speed-up against nodes, one curve per algorithm and network")
+    return p
+
+
+def number_list(flag: str, text: str, kind: type = int) -> list[Any]:
+    """The comma-separated positive numbers of ``flag``; a UsageError naming it otherwise."""
+    values = []
+    for part in text.split(","):
+        try:
+            v = kind(part.strip())
+        except ValueError:
+            v = None
+        if v is None or not v > 0:
+            raise UsageError(f"{flag}: {part.strip()!r} is not a positive {'integer' if kind is int else 'number'}")
+        values.append(v)
+    return values
+
+
+def node_spec(args: argparse.Namespace) -> NodeSpec:
+    (ranks,) = number_list("--ranks-per-node", args.ranks_per_node)
+    cores = number_list("--cores-per-node", args.cores_per_node)[0] if args.cores_per_node else None
+    (speed,) = number_list("--core-speed", args.core_speed, float)
+    (eff,) = number_list("--efficiency", args.efficiency, float)
+    return NodeSpec(ranks, cores, speed, eff)
+
+
+def network_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The topology and its options, checked: positive numbers, a torus's sides as AxB[xC]."""
+    options: dict[str, Any] = {"topology": args.topology}
+    if args.oversubscription:
+        (options["oversubscription"],) = number_list("--oversubscription", args.oversubscription, float)
+    if args.leaf_size:
+        (options["leaf_size"],) = number_list("--leaf-size", args.leaf_size)
+    if args.dims:
+        options["dims"] = tuple(number_list("--dims", args.dims.replace("x", ",")))
+    return {k: v for k, v in options.items() if v is not None}
+
+
+def parse_description(text: str) -> Profile:
+    """``params=25.6e6,rate=100,batch=64[,unit=images]`` -> ``profile.described(...)``."""
+    fields = dict(part.split("=", 1) for part in text.split(",") if "=" in part)
+    unknown = set(fields) - {"params", "rate", "batch", "unit", "fusion_mb"}
+    if unknown or not {"params", "rate", "batch"} <= set(fields):
+        raise UsageError(f"--profile: {text!r} is neither a file nor params=N,rate=R,batch=B[,unit=U,fusion_mb=M]")
+    try:
+        fusion = int(float(fields.get("fusion_mb", 64)) * 2**20)
+        return described(
+            float(fields["params"]),
+            float(fields["rate"]),
+            int(fields["batch"]),
+            fields.get("unit", "images"),
+            fusion_bytes=fusion,
+        )
+    except ValueError as e:
+        raise UsageError(f"--profile: {e}") from None
+
+
+def get_profile(args: argparse.Namespace) -> Profile:
+    if args.profile:
+        if "=" in args.profile:
+            return parse_description(args.profile)
+        try:
+            return Profile.load(args.profile)
+        except (OSError, ValueError) as e:
+            raise UsageError(f"--profile: {args.profile}: {e}") from None
+    opts = TaskOptions(
+        args.preset, args.batch_size, args.num_steps, args.hidden_size, args.layers, args.vocab,
+        args.depth, args.width, args.dtype, args.fusion_mb, args.profile_steps,
+    )  # fmt: skip
+    try:
+        return profile_task(args.task, opts)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
+def format_table(rows: list[Row], unit: str) -> str:
+    head = (
+        f"{'nodes':>6}{'ranks':>7}  {'allreduce':<19}{'network':<10}{unit + '/s':>12}{'per node':>10}"
+        f"{'speed-up':>10}{'effic.':>8}{'step ms':>10}{'compute':>9}{'comm':>9}"
+    )
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(
+            f"{r.nodes:>6}{r.ranks:>7}  {r.algorithm:<19}{r.network:<10}{r.rate:>12,.0f}{r.per_node_rate:>10,.0f}"
+            f"{r.speedup:>10.2f}{100 * r.efficiency:>7.0f}%{1e3 * r.step_s:>10.2f}{1e3 * r.compute_s:>9.2f}"
+            f"{1e3 * r.comm_s:>9.2f}"
+        )
+    return "\n".join(lines)
+
+
+def plot(rows: list[Row], path: str, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    nodes = sorted({r.nodes for r in rows})
+    ax.plot(nodes, nodes, "k--", label="ideal")
+    for key in dict.fromkeys((r.algorithm, r.network) for r in rows):
+        mine = [r for r in rows if (r.algorithm, r.network) == key]
+        ax.plot([r.nodes for r in mine], [r.speedup for r in mine], marker="o", label=f"{key[0]}, {key[1]}")
+    ax.set(xscale="log", yscale="log", xlabel="nodes", ylabel="speed-up over one node", title=title)
+    ax.legend(fontsize=8)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+
+def run(args: argparse.Namespace) -> list[Row]:
+    nodes = number_list("--nodes", args.nodes)
+    node = node_spec(args)
+    algorithms = [a.strip() for a in args.allreduce.split(",")]
+    bad = [a for a in algorithms if a not in ALGORITHMS]
+    if bad:
+        raise UsageError(f"--allreduce: unknown {', '.join(bad)}; known: {', '.join(ALGORITHMS)}")
+    try:
+        params = load_params(args.params) if args.params else None
+    except (OSError, ValueError) as e:
+        raise UsageError(f"--params: {e}") from None
+    networks = [n.strip() for n in args.network.split(",")]
+    options = network_options(args)
+    for network in networks:  # an unknown name or topology fails here, in one line, before the profile is measured
+        try:
+            allreduce_time(
+                "ring", 2 * node.ranks_per_node, 8, network, params, ranks_per_node=node.ranks_per_node, **options
+            )
+        except ValueError as e:
+            raise UsageError(f"--network {network}: {e}") from None
+    profile = get_profile(args)
+    if args.save_profile:
+        profile.save(args.save_profile)
+    rows = [
+        row
+        for network in networks
+        for algorithm in algorithms
+        for row in scaling(profile, nodes, algorithm, network, node, args.overlap, params, options)
+    ]
+    if args.json:
+        for r in rows:
+            print(json.dumps(r.as_dict()))
+    else:
+        print(format_table(rows, profile.unit))
+        print(describe_model(profile, node, args, params))
+    if args.plot:
+        plot(rows, args.plot, profile.task.split(" (")[0])
+    return rows
+
+
+def describe_model(profile: Profile, node: NodeSpec, args: argparse.Namespace, params: Any) -> str:
+    c = params or get_params()
+    cost = f"alpha {1e6 * c.alpha:.2f} us, beta {1e9 * c.beta:.4f} ns/B, gamma {1e9 * c.gamma:.4f} ns/B"
+    cost = f"{cost} from {args.params}" if params else f"crossbar links: {cost}; presets: their own links"
+    mode = "buckets allreduced as they become ready (--overlap)" if args.overlap else "allreduces after the backward"
+    return "\n".join(
+        [
+            "model:",
+            f"  profile: {profile.describe()}",
+            f"  source: {profile.source}" + "".join(f"; {n}" for n in profile.notes),
+            f"  {node.describe(profile)}",
+            f"  network {args.network}"
+            + "".join(f", {k} {v}" for k, v in network_options(args).items())
+            + f", {cost}; {mode}",
+            "  weak scaling: the batch per rank is fixed; speed-up = rate / rate of one node, efficiency = speed-up / nodes",
+        ]
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        run(args)
+    except (UsageError, NotImplementedError) as e:
+        print(f"python -m minidl.simulate: error: {e}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,45 @@
+"""The one door to the collectives' virtual-time cluster: the seconds of one allreduce.
+
+``allreduce_time(algorithm, p, nbytes, network, params, **options)`` asks
+``collectives.allreduce_time``: each rank's calls traced from the real algorithm code and replayed in
+virtual time on a network model (named links with their sources, topologies, nodes of several ranks,
+max-min fair contention; ``crossbar`` is cost.py's closed form exactly). Results are cached.
+
+"auto" here is the algorithm the simulation finds fastest for this size and network (``collectives``'
+own "auto" is the cost model's choice, which ignores the topology).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+import collectives
+from collectives import cost
+
+ALGORITHMS = (*cost.ALGORITHMS, "auto")
+
+
+def allreduce_time(
+    algorithm: str, p: int, nbytes: float, network: Any = "crossbar", params: cost.CostParams | None = None, **options
+) -> float:
+    """Virtual seconds of one allreduce of ``nbytes`` on ``p`` ranks (the slowest rank); 0 for p = 1.
+
+    ``options`` (None values dropped) go to the network: ``ranks_per_node``, ``topology`` ("switch", "crossbar",
+    "fattree", "torus2d", "torus3d"), ``oversubscription`` and ``leaf_size`` (fat tree), ``dims`` (torus).
+    """
+    if p < 1:
+        raise ValueError(f"allreduce_time: p must be >= 1, got {p}")
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"unknown allreduce {algorithm!r}: expected one of {', '.join(ALGORITHMS)}")
+    if p == 1:
+        return 0.0
+    given = tuple(sorted((k, v) for k, v in options.items() if v is not None))
+    if algorithm == "auto":
+        return min(_cached(a, p, int(nbytes), network, params, given) for a in cost.ALGORITHMS)
+    return _cached(algorithm, p, int(nbytes), network, params, given)
+
+
+@lru_cache(maxsize=4096)
+def _cached(algorithm: str, p: int, nbytes: int, network: Any, params: Any, options: tuple) -> float:
+    return float(collectives.allreduce_time(algorithm, p, nbytes, network, params, **dict(options)))

@@ -1,0 +1,167 @@
+"""One data-parallel training step on P nodes, in virtual time, and the scaling table it gives.
+
+With the profile's forward F, backward B, update U, and bucket k's allreduce costing c_k (its pack + unpack
+here plus ``allreduce_time`` of its bytes on p = nodes x ranks_per_node ranks):
+
+- without overlap (what ``DistributedOptimizer.synchronize`` does: a barrier, then the buckets one after
+  another once the backward is done)
+
+      step = F + B + barrier + sum_k c_k + U
+
+- with ``overlap`` (Horovod's and PyTorch DDP's way: a bucket is allreduced as soon as its gradients are
+  ready, r_k after the backward starts, in the order they become ready, one at a time)
+
+      start_k = max(F + r_k, end_{k-1}),   end_k = start_k + c_k,   step = max(end_last, F + B) + U
+
+  assuming the communication progresses without slowing the backward (a spare core or an offloading NIC).
+
+The exposed communication is step - (F + B + U): what the compute did not hide. Every rank does the same
+work on its own batch, so the slowest rank is any rank (``allreduce_time`` is the slowest rank's time).
+Weak scaling: the batch per rank is fixed, P nodes train P times the items per step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from collectives.cost import CostParams
+from minidl.simulate.network import allreduce_time
+from minidl.simulate.node import NodeSpec
+from minidl.simulate.profile import Profile
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """A simulated step: ``compute_s`` = F + B + U, ``comm_s`` exposed, ``step_s`` their sum, the allreduces'."""
+
+    compute_s: float
+    comm_s: float
+    allreduce_s: float  # sum of the buckets' communication, hidden or not (barrier included)
+    windows: tuple[tuple[float, float], ...]  # each bucket's (start, end) in the step, in profile order
+
+    @property
+    def step_s(self) -> float:
+        return self.compute_s + self.comm_s
+
+
+def step_time(profile: Profile, bucket_s: Sequence[float], overlap: bool = False, barrier_s: float = 0.0) -> StepTime:
+    """The step algebra above, for given per-bucket communication times ``bucket_s`` (in profile order)."""
+    if len(bucket_s) != len(profile.buckets):
+        raise ValueError(f"{len(bucket_s)} bucket times for a profile of {len(profile.buckets)} buckets")
+    F, B, U = profile.forward_s, profile.backward_s, profile.update_s
+    windows: list[tuple[float, float]] = [(0.0, 0.0)] * len(bucket_s)
+    if overlap:
+        end = F
+        for k in sorted(range(len(bucket_s)), key=lambda k: profile.buckets[k].ready_s):
+            start = max(F + profile.buckets[k].ready_s, end)
+            end = start + bucket_s[k]
+            windows[k] = (start, end)
+        exposed = max(end - (F + B), 0.0)
+        total = float(sum(bucket_s))
+    else:
+        end = F + B + barrier_s
+        for k, c in enumerate(bucket_s):
+            windows[k] = (end, end + c)
+            end += c
+        exposed = end - (F + B)
+        total = exposed
+    return StepTime(F + B + U, exposed, total, tuple(windows))
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """P nodes on a network: a preset name ("10gbe", "ib-edr", ...) or "crossbar" with ``params``."""
+
+    nodes: int
+    network: Any = "crossbar"
+    node: NodeSpec = NodeSpec()
+    params: CostParams | None = None
+    options: tuple[tuple[str, Any], ...] = ()  # the network's: topology, oversubscription, leaf_size, dims
+
+    @property
+    def ranks(self) -> int:
+        return self.nodes * self.node.ranks_per_node
+
+    def allreduce_s(self, algorithm: str, nbytes: float) -> float:
+        rpn = self.node.ranks_per_node
+        return allreduce_time(
+            algorithm, self.ranks, nbytes, self.network, self.params, ranks_per_node=rpn, **dict(self.options)
+        )
+
+
+def simulate_step(profile: Profile, cluster: Cluster, algorithm: str = "ring", overlap: bool = False) -> StepTime:
+    """One step of ``profile`` (already scaled to the node) on ``cluster`` (see the module doc)."""
+    if cluster.ranks == 1:
+        return step_time(profile, [0.0] * len(profile.buckets), overlap)
+    bucket_s = [b.pack_s + cluster.allreduce_s(algorithm, b.nbytes) for b in profile.buckets]
+    # DistributedOptimizer's barrier before the allreduces (measure_wait): a recursive-doubling exchange of 8 bytes
+    barrier = 0.0 if overlap else cluster.allreduce_s("recursive_doubling", 8)
+    return step_time(profile, bucket_s, overlap, barrier)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the scaling table (the ``--json`` keys first)."""
+
+    nodes: int
+    rate: float  # items/s of the whole cluster
+    per_node_rate: float
+    speedup: float  # rate / rate of one node
+    efficiency: float  # speedup / nodes
+    step_s: float
+    compute_s: float
+    comm_s: float
+    ranks: int
+    algorithm: str
+    network: str
+    overlap: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def scaling(
+    profile: Profile,
+    nodes: Sequence[int],
+    algorithm: str = "ring",
+    network: Any = "crossbar",
+    node: NodeSpec | None = None,
+    overlap: bool = False,
+    params: CostParams | None = None,
+    options: dict[str, Any] | None = None,
+) -> list[Row]:
+    """The weak-scaling table of ``profile`` (as measured; ``node`` scales it) on each node count; ``options``
+    go to the network (topology, oversubscription, leaf_size, dims)."""
+    node = node or NodeSpec()
+    scaled = node.apply(profile)
+
+    def rate(n: int) -> tuple[float, StepTime]:
+        t = simulate_step(
+            scaled, Cluster(n, network, node, params, tuple(sorted((options or {}).items()))), algorithm, overlap
+        )
+        return n * node.ranks_per_node * scaled.items / t.step_s, t
+
+    one, _ = rate(1)
+    rows = []
+    for n in nodes:
+        r, t = rate(n)
+        name = network if isinstance(network, str) else type(network).__name__
+        rows.append(
+            Row(
+                n,
+                r,
+                r / n,
+                r / one,
+                r / one / n,
+                t.step_s,
+                t.compute_s,
+                t.comm_s,
+                n * node.ranks_per_node,
+                algorithm,
+                name,
+                overlap,
+            )
+        )
+    return rows
