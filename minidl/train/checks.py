@@ -166,7 +166,13 @@ def train_timeout() -> float | None:
 
 
 PROG = "python -m minidl.train"
-PER_RANK_PATHS = ("save", "resume", "data", "text")  # may differ between ranks (rank 0 writes; node-local copies)
+PER_RANK_PATHS = (
+    "save",
+    "resume",
+    "log_json",
+    "data",
+    "text",
+)  # may differ between ranks (rank 0 writes; node-local copies)
 RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")  # set by MPICH's and Open MPI's launchers
 SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE")
 
