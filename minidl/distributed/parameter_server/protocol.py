@@ -244,6 +244,7 @@ class ServerStats:
     bytes_received: int = 0
     bytes_sent: int = 0
     seconds: float = 0.0
+    lost: list[int] = field(default_factory=list)  # workers given up on (``lost_after``)
 
     @property
     def staleness_mean(self) -> float:

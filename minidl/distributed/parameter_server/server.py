@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -39,6 +40,10 @@ from minidl.optim.optimizer import Optimizer
 from minidl.tensor import Tensor
 
 
+class LostWorkerError(RuntimeError):
+    """A synchronous parameter server's worker sent nothing for ``lost_after`` seconds (no --drop-lost-workers)."""
+
+
 # ----------------------------------------------------------------------------- the server
 class ParameterServer:
     """The server side: holds one shard of the parameters and its optimizer; ``serve()`` runs it.
@@ -52,6 +57,9 @@ class ParameterServer:
         asynchronous: apply each gradient on arrival (Downpour) instead of averaging all W per step.
         staleness_bound: asynchronous only: refuse gradients more than this many updates old.
         after_update: called with the new version after every optimizer step (e.g. an LR scheduler's step).
+        lost_after: seconds of silence after which a worker the server waits for counts as lost (None: wait on).
+            Asynchronous: the server goes on without it (its share of the work is not done). Synchronous: with
+            ``drop_lost_workers`` the step is averaged over the workers left, else ``LostWorkerError`` names it.
     """
 
     def __init__(
@@ -63,6 +71,8 @@ class ParameterServer:
         asynchronous: bool = False,
         staleness_bound: int | None = None,
         after_update: Callable[[int], Any] | None = None,
+        lost_after: float | None = None,
+        drop_lost_workers: bool = False,
     ):
         self.comm = get_comm(comm)
         size, rank = self.comm.Get_size(), self.comm.Get_rank()
@@ -83,12 +93,27 @@ class ParameterServer:
         self.stats = ServerStats(rank, MODE_NAMES[self.mode], len(self.workers))
         self._inbox = Message(self.shard.dtype, self.shard.numel)
         self._outbox = Message(self.shard.dtype, self.shard.numel)
+        self.lost_after, self.drop_lost_workers = lost_after, drop_lost_workers
+        self.lost: list[int] = []  # workers given up on (``lost_after``)
+        self.active = list(self.workers)
+        self.last_seen: dict[int, float] = {}
 
     # -- messages
-    def _receive(self, status: Any, any_source: int) -> tuple[int, int, int, int, int]:
-        """The next request from any worker: (source, kind, version, step, numel); payload in the inbox."""
+    def _receive(self, status: Any, any_source: int, waiting: Callable[[], set[int]] | None = None) -> tuple:
+        """The next request from any worker: (source, kind, version, step, numel); payload in the inbox.
+        With ``lost_after``, polls, and gives up on the workers in ``waiting()`` silent that long (None)."""
+        if self.lost_after is not None and waiting is not None:
+            while not self.comm.Iprobe(source=any_source, tag=TAG_REQUEST, status=status):
+                now = time.perf_counter()
+                silent = {w for w in waiting() if now - self.last_seen[w] > self.lost_after}
+                if silent:
+                    return silent
+                time.sleep(0.001)
         self.comm.Recv(self._inbox.buf, source=any_source, tag=TAG_REQUEST, status=status)
         src, count = status.Get_source(), status.Get_count()
+        if src in self.lost:
+            raise RuntimeError(f"parameter server {self.comm.Get_rank()}: worker {src} spoke after it was given up")
+        self.last_seen[src] = time.perf_counter()
         kind, version, step, numel = (int(v) for v in self._inbox.header)
         expected = HEADER_BYTES + (self.shard.nbytes if kind == PUSH else 0)
         if src not in self.workers or kind not in KIND_NAMES or count != expected or numel != self.shard.numel:
@@ -124,15 +149,28 @@ class ParameterServer:
 
     # -- the loop
     def serve(self) -> ServerStats:
-        """Answer requests until every worker has said DONE; returns the statistics."""
+        """Answer requests until every worker has said DONE (or, with ``lost_after``, was given up); returns the
+        statistics."""
         status, any_source = mpi_names(self.comm)
         start = time.perf_counter()
+        self.active = list(self.workers)  # the workers still taking part
+        self.last_seen = dict.fromkeys(self.workers, start)
         done: set[int] = set()
         pending: dict[int, np.ndarray] = {}  # synchronous: this step's gradients so far, by worker
         joining: list[int] | None = []  # workers whose first pull waits for the others' (a common start)
-        while len(done) < len(self.workers):
+
+        def waiting() -> set[int]:  # the workers the server waits to hear from (none at the start barrier)
+            if joining is not None:
+                return set()
+            return {w for w in self.active if w not in done and (self.asynchronous or w not in pending)}
+
+        while len(done) < len(self.active):
             with activity("ParameterServer.serve, waiting for workers", step=self.version):
-                src, kind, version, step, _ = self._receive(status, any_source)
+                got = self._receive(status, any_source, waiting)
+            if isinstance(got, set):
+                self._give_up(got, pending, start)
+                continue
+            src, kind, version, step, _ = got
             if kind == PULL and joining is not None:
                 # Start barrier: the first pulls are answered together once every worker has asked, so all
                 # start from version 0 (and no gradient arrives before everyone has joined).
@@ -146,29 +184,58 @@ class ParameterServer:
                     f"parameter server: rank {src} sent {KIND_NAMES[kind]} before its first pull "
                     "(a PSWorker pulls when it is constructed)"
                 )
-            elif kind == PULL:
-                self._pull(src)
-            elif kind == DONE:
-                done.add(src)
-            elif self.asynchronous:
-                self._push_async(src, version, start)
             else:
-                if src in pending:
-                    raise RuntimeError(
-                        f"parameter server: worker {src} pushed twice in synchronous step {self.version + 1}"
-                    )
-                pending[src] = self._inbox.payload.copy()
-            if not self.asynchronous and done and pending:
-                raise RuntimeError(
-                    f"parameter server (synchronous): worker(s) {sorted(done)} finished while worker(s) "
-                    f"{sorted(pending)} pushed a gradient for step {self.version + 1}; every worker must run "
-                    "the same number of steps"
-                )
-            if not self.asynchronous and len(pending) == len(self.workers):
-                self._step_sync(pending, start)
-                pending.clear()
+                self._handle(src, kind, version, done, pending, start)
         self.stats.seconds = time.perf_counter() - start
+        self.stats.lost = list(self.lost)
         return self.stats
+
+    def _handle(self, src: int, kind: int, version: int, done: set[int], pending: dict, start: float) -> None:
+        """One request after the start barrier: a pull, a DONE, or a gradient (applied now, or at the step's end)."""
+        if kind == PULL:
+            self._pull(src)
+        elif kind == DONE:
+            done.add(src)
+        elif self.asynchronous:
+            self._push_async(src, version, start)
+        else:
+            if src in pending:
+                raise RuntimeError(
+                    f"parameter server: worker {src} pushed twice in synchronous step {self.version + 1}"
+                )
+            pending[src] = self._inbox.payload.copy()
+        if not self.asynchronous and done and pending:
+            raise RuntimeError(
+                f"parameter server (synchronous): worker(s) {sorted(done)} finished while worker(s) "
+                f"{sorted(pending)} pushed a gradient for step {self.version + 1}; every worker must run "
+                "the same number of steps"
+            )
+        if not self.asynchronous and pending and len(pending) == len(self.active):
+            self._step_sync(pending, start)
+            pending.clear()
+
+    def _give_up(self, silent: set[int], pending: dict, start: float) -> None:
+        """Workers silent for ``lost_after`` seconds: go on without them (asynchronous, or synchronous with
+        ``drop_lost_workers``: the step then averages the workers left), else end the job naming them."""
+        names, rank = ", ".join(str(w) for w in sorted(silent)), self.comm.Get_rank()
+        if not self.asynchronous and not self.drop_lost_workers:
+            raise LostWorkerError(
+                f"parameter server {rank} (synchronous): worker(s) {names} sent nothing for {self.lost_after:g} s; "
+                "the step cannot complete (--drop-lost-workers goes on without them)"
+            )
+        self.lost += sorted(silent)
+        self.active = [w for w in self.active if w not in silent]
+        if not self.active:
+            raise LostWorkerError(f"parameter server {rank}: every worker is lost (the last: {names})")
+        print(
+            f"parameter server {rank}: worker(s) {names} lost (silent {self.lost_after:g} s), "
+            f"going on with {len(self.active)} worker(s)",
+            file=sys.stderr,
+            flush=True,
+        )
+        if not self.asynchronous and pending and len(pending) == len(self.active):
+            self._step_sync(pending, start)
+            pending.clear()
 
     def _pull(self, dest: int) -> None:
         self.stats.pulls += 1
@@ -186,11 +253,11 @@ class ParameterServer:
             self._reply(src, ACCEPTED, with_params=False)
 
     def _step_sync(self, pending: dict[int, np.ndarray], start: float) -> None:
-        for w in self.workers:
+        for w in self.active:
             self._record(w, 0, start)
-        self._apply([pending[w] for w in self.workers], 1.0 / len(self.workers))
+        self._apply([pending[w] for w in self.active], 1.0 / len(self.active))
         self.stats.rounds += 1
-        for w in self.workers:
+        for w in self.active:
             self._reply(w, ACCEPTED, with_params=True)
 
     def _record(self, worker: int, staleness: int, start: float) -> None:
