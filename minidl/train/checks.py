@@ -50,6 +50,7 @@ MODE_FLAGS: tuple[tuple[str, str, Any, tuple[str, ...], str], ...] = (
     ("--servers", "servers", 1, ("ps",), "only a parameter server has servers"),
     ("--async", "asynchronous", False, ("ps",), "only a parameter server applies gradients asynchronously"),
     ("--fetch-every", "fetch_every", 1, ("ps",), "only parameter-server workers fetch parameters"),
+    ("--drop-lost-workers", "drop_lost_workers", False, ("ps",), "only a parameter server drops workers"),
     ("--staleness-bound", "staleness_bound", None, ("ps",), "only an asynchronous parameter server has staleness"),
     ("--average-every", "average_every", 4, ("local-sgd",), "only local SGD averages parameters every k steps"),
     ("--schedule", "schedule", "1f1b", ("pipeline",), "only a pipeline has a schedule"),

@@ -107,6 +107,10 @@ FLAGS: dict[str, list[tuple[str, dict[str, Any]]]] = {  # group -> (flag, add_ar
         ("--async", {"dest": "asynchronous", "action": "store_true", "help": "ps: apply each gradient on arrival"}),
         ("--fetch-every", PINT | {"default": 1, "metavar": "N", "help": "ps --async: pull every N steps (default 1)"}),
         ("--staleness-bound", {"type": int, "metavar": "s", "help": "ps --async: refuse gradients over s updates old"}),
+        (
+            "--drop-lost-workers",
+            {"action": "store_true", "help": "ps: a silent worker (MINIDL_COMM_TIMEOUT) is dropped, not fatal"},
+        ),
         ("--average-every", PINT | {"default": 4, "metavar": "k", "help": "local-sgd: average every k steps (4)"}),
     ],
 }

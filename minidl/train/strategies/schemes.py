@@ -25,6 +25,7 @@ from minidl.distributed.data_parallel.local_sgd import average_buffers
 from minidl.distributed.parameter_server.protocol import check_roles
 from minidl.nn.container import Sequential
 from minidl.nn.module import Module
+from minidl.train.checks import train_timeout
 from minidl.train.strategies.base import Strategy, reseed_per_rank
 
 
@@ -129,6 +130,8 @@ class ParameterServer(LocalSGD):
             a.asynchronous,
             a.staleness_bound,
             after_update=lambda version: self.set_lr(task.lr(version, per_epoch)),
+            lost_after=train_timeout(),  # a worker silent this long is lost (MINIDL_COMM_TIMEOUT)
+            drop_lost_workers=a.drop_lost_workers,
         )
         self.stats = server.serve()
 
