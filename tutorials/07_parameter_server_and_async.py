@@ -317,3 +317,60 @@ if RANK == 0:
 # So the centralized, asynchronous design buys tolerance of slow and lost workers, and pays with stale
 # gradients and a server bandwidth bottleneck; allreduce is exact and bandwidth-optimal, and needs every
 # rank healthy at every step.
+
+# %% [markdown]
+# ## 7. Killing a worker: what each scheme does
+#
+# minidl now builds the two recoveries above. The **parameter server** gives up on a worker that has sent
+# nothing for `lost_after` seconds (`python -m minidl.train --parallel ps` uses `MINIDL_COMM_TIMEOUT`):
+# asynchronous, it just goes on; synchronous, it either drops the worker (`drop_lost_workers=True`,
+# `--drop-lost-workers`: the steps then average the workers left) or ends the job naming it. Here the last
+# worker goes silent after 3 steps (alive, as a hung node: a dead process would make mpiexec end the job):
+
+
+# %%
+def lose_a_worker(asynchronous, drop, steps=8, lost_after=10.0):  # seconds: well above a step on a busy machine
+    model = make_model()
+    if dist.is_server(comm):
+        server = dist.ParameterServer(
+            model, sgd, comm, asynchronous=asynchronous, lost_after=lost_after, drop_lost_workers=drop
+        )
+        return server.serve()
+    worker = dist.PSWorker(model, comm, asynchronous=asynchronous)
+    for t in range(3 if RANK == P - 1 else steps):
+        worker.zero_grad()
+        loss_on(model, batch(t, RANK - 1, W)).backward()
+        worker.step()
+    if RANK != P - 1:
+        worker.close()  # the silent worker never says DONE
+    return None
+
+
+if ON_RANKS and P >= 3:
+    for asynchronous in (True, False):
+        stats = lose_a_worker(asynchronous, drop=True)
+        comm.Barrier()
+        if RANK == 0:
+            kind = "asynchronous" if asynchronous else "synchronous, drop_lost_workers"
+            print(f"{kind}: lost worker(s) {stats.lost}, {stats.updates} gradients applied, {stats.rounds} rounds")
+
+# %% [markdown]
+# The **allreduce** job cannot go on without a rank (MPI has no recovery from a dead process), so it restarts
+# around mpiexec from checkpoints, as Horovod Elastic and torchrun do. Run it from a shell (not under mpiexec):
+#
+#     python -m minidl.launch -n 3 --min-ranks 2 -- python -m minidl.train lm --quick --parallel data \
+#         --save /tmp/lm.npz --save-every 20 --inject-failure 1:50
+#
+# Rank 1 dies at step 50 (`os._exit`, like a lost node); the launcher says so in one line, restarts on 2 ranks
+# from the step-40 checkpoint, each rank now taking 15 of the 30 streams of the global batch, and the job ends
+# where the same resume by hand ends (the test `tests/test_elastic_mpi.py` checks it, bitwise).
+#
+# How often to checkpoint? A job on N nodes fails N times as often as one node; writing a checkpoint costs C
+# seconds, each failure loses the work since the last one. Young (1974) and Daly (2006) give the interval that
+# loses least, sqrt(2 x C x job MTBF). Simulated, with a node failing once a year, C = 60 s, a restart 120 s:
+
+# %%
+if RANK == 0:
+    from minidl.simulate import failures
+
+    print("\n".join(failures.table([32, 256], 365 * 24 * 3600.0, 60.0, 120.0, [15 * 60.0, 60 * 60.0, 240 * 60.0])))
