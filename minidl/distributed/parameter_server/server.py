@@ -99,7 +99,9 @@ class ParameterServer:
         self.last_seen: dict[int, float] = {}
 
     # -- messages
-    def _receive(self, status: Any, any_source: int, waiting: Callable[[], set[int]] | None = None) -> tuple:
+    def _receive(
+        self, status: Any, any_source: int, waiting: Callable[[], set[int]] | None = None
+    ) -> tuple[int, int, int, int, int] | set[int]:
         """The next request from any worker: (source, kind, version, step, numel); payload in the inbox.
         With ``lost_after``, polls, and gives up on the workers in ``waiting()`` silent that long (None)."""
         if self.lost_after is not None and waiting is not None:

@@ -189,9 +189,9 @@ class Strategy:
         """Write the model, optimizer and the global position: epoch, window, step and the examples (LM: streams x
         windows) consumed, in units of the global batch (``settings``), so another rank count can resume it."""
         rank_state = {**task.carried_state(), "rng": dist.rng_state(minidl.default_generator())}
-        state = {"epoch": pos.epoch, "window": pos.window, "step": pos.step, "preset": preset}
-        state["settings"] = position_units(task.cfg, self.ctx.size)  # what the position counts in
-        state["examples"] = pos.step * state["settings"]["global_batch"]
+        units = position_units(task.cfg, self.ctx.size)  # what the position counts in
+        state: dict[str, Any] = {"epoch": pos.epoch, "window": pos.window, "step": pos.step, "preset": preset}
+        state |= {"settings": units, "examples": pos.step * units["global_batch"]}
         state["config"] = {k: v for k, v in task.cfg.as_dict().items() if isinstance(v, (int, float, str, bool))}
         path = path or self.args.save
         dist.save_checkpoint(path, self.model, self.base, None, state, rank_state, comm=self.ctx.comm)
