@@ -78,7 +78,7 @@ def correct(multilabel: bool, logits: np.ndarray, y: np.ndarray) -> np.ndarray:
 class CNNTask(Task):
     """Train a ResNet on images (generated multi-label shapes, or MNIST-format IDX files)."""
 
-    name, unit, modes = "cnn", "images", ("data", "model", "tensor", "ps", "local-sgd")
+    name, unit, modes = "cnn", "images", ("data", "zero", "model", "tensor", "ps", "local-sgd")
     PRESETS, OVERRIDES, lines_per_epoch, epoch_split, evaluates_last_epoch = PRESETS, OVERRIDES, 5, "test", False
     tally_width, history_keys, split_softmax = 3, ("loss", "accuracy"), False
 

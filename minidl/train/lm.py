@@ -63,7 +63,7 @@ def load_corpus(args: argparse.Namespace, preset: str) -> Corpus:
 class LMTask(Task):
     """Train the LSTM language model on a corpus (generated, PTB or any text)."""
 
-    name, unit, modes = "lm", "words", ("data", "model", "tensor", "pipeline", "ps", "local-sgd")
+    name, unit, modes = "lm", "words", ("data", "zero", "model", "tensor", "pipeline", "ps", "local-sgd")
     PRESETS, OVERRIDES, lines_per_epoch, epoch_split, evaluates_last_epoch = PRESETS, OVERRIDES, 10, "valid", True
     history_keys, split_softmax = ("ppl",), True  # tensor parallel: the softmax split by vocabulary
 
