@@ -252,6 +252,7 @@ class Recurrent(Module):
         if self.states[k] is None:
             zeros = tensor(np.zeros((h.shape[1], self.hidden_size), h.dtype))
             self.states[k] = (zeros, zeros)
-        out, h_n, c_n = self.lstm.run(h, *self.states[k])
-        self.states[k] = (h_n, c_n)
+        h_0, c_0 = self.states[k]
+        out, h_n, c_n = self.lstm.run(h, [h_0], [c_0])  # one direction: the language model reads left to right
+        self.states[k] = (h_n[0], c_n[0])
         return out
