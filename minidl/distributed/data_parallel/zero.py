@@ -268,6 +268,7 @@ def _shard_optimizer(optimizer: Optimizer, bucket: Bucket, shard: np.ndarray, lo
 
 def _units(module: Module) -> list[Module]:
     units = module.units() if hasattr(module, "units") else [module]
+    units = [u[1] if isinstance(u, tuple) else u for u in units]  # a model's units() are (name, unit) pairs
     return [u for u in units if any(True for _ in u.parameters())]
 
 
