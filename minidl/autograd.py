@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from minidl import saved
+from minidl import amp, saved
 
 if TYPE_CHECKING:
     from minidl.tensor import Tensor
@@ -114,6 +114,7 @@ class Function:
     retained: dict[int, Tensor]
     freed: bool = False
     held: tuple[tuple[int, int], ...] = ()  # (memory id, version) of each saved array's memory
+    amp_round: Any = None  # the 16-bit rounding of amp.autocast, when recorded inside one
 
     def save_for_backward(self, *values: Any) -> None:
         self.saved_tensors = values
@@ -133,9 +134,13 @@ class Function:
         Tensor = _tensor_class
         ctx = cls()
         tensors = tuple(x if isinstance(x, Tensor) else Tensor(x) for x in inputs)
-        out = ctx.forward(*(t._data for t in tensors), **kwargs)
+        reduce = amp.active()  # inside amp.autocast: emulate 16-bit arithmetic by rounding what goes in and out
+        data = tuple(t._data for t in tensors)
+        out = ctx.forward(*(amp.rounded(data, reduce) if reduce else data), **kwargs)
         multi = isinstance(out, tuple)
         outs = out if multi else (out,)
+        if reduce:
+            outs, ctx.amp_round = amp.rounded(outs, reduce), reduce
         if not (_grad_mode.enabled and any(t.requires_grad for t in tensors)):
             ctx.saved_tensors = ()
             results = [Tensor(o) for o in outs]
@@ -231,8 +236,20 @@ def topological_order(root: Function) -> list[Function]:
     return order
 
 
-def backward(root: Tensor, grad: np.ndarray, retain_graph: bool = False) -> None:
-    """Accumulate d(root)/d(leaf) * grad into every leaf's ``.grad`` reached from ``root``."""
+def backward(root: Tensor, grad: np.ndarray | None = None, retain_graph: bool = False) -> None:
+    """Accumulate d(root)/d(leaf) * grad into every leaf's ``.grad`` reached from ``root`` (``Tensor.backward``).
+    ``grad`` defaults to 1 for a one-element root."""
+    if not root.requires_grad:
+        raise RuntimeError("backward: this tensor does not require grad and has no graph")
+    if grad is None:
+        if root.size != 1:
+            raise RuntimeError(
+                f"backward: grad can be implicitly created only for a scalar output; this tensor has "
+                f"shape {root.shape}, so pass grad= an array of that shape"
+            )
+        grad = np.ones(root.shape, root.dtype)
+    elif grad.shape != root.shape:
+        raise ValueError(f"backward: grad has shape {grad.shape}, tensor has shape {root.shape}")
     root_fn = root._ctx
     if root_fn is None:
         accumulate_grad(root, grad)
@@ -299,6 +316,8 @@ def _call_backward(fn: Function, slots: list[np.ndarray | None]) -> tuple[Any, .
     in_grads = fn.backward(*out_grads)
     if not isinstance(in_grads, tuple):
         in_grads = (in_grads,)
+    if fn.amp_round is not None:  # recorded under amp.autocast: its gradients are 16-bit numbers too
+        in_grads = amp.rounded(in_grads, fn.amp_round)
     if len(in_grads) != len(fn.parents):
         raise RuntimeError(f"{fn!r}.backward returned {len(in_grads)} gradients for {len(fn.parents)} inputs")
     return in_grads

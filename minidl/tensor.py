@@ -193,51 +193,29 @@ class Tensor:
         ``grad`` is the upstream gradient (same shape as self); it may be omitted only for
         a tensor with one element. Gradients add up across calls until zeroed.
         """
-        if not self.requires_grad:
-            raise RuntimeError("backward: this tensor does not require grad and has no graph")
-        if grad is None:
-            if self._data.size != 1:
-                raise RuntimeError(
-                    f"backward: grad can be implicitly created only for a scalar output; this tensor has "
-                    f"shape {self.shape}, so pass grad= an array of that shape"
-                )
-            grad = np.ones_like(self._data)
-        else:
-            grad = _as_array(grad, self.dtype)
-            if grad.shape != self.shape:
-                raise ValueError(f"backward: grad has shape {grad.shape}, tensor has shape {self.shape}")
-        autograd.backward(self, grad, retain_graph)
+        autograd.backward(self, None if grad is None else _as_array(grad, self.dtype), retain_graph)
 
-    # ---- in place (values only, never recorded: for parameters, under no_grad, as PyTorch requires)
-    def _write(self, op: str, ufunc: Any, other: Any) -> Tensor:
-        if autograd.is_grad_enabled() and self.requires_grad:
-            raise RuntimeError(
-                f"{op}: an in-place op on a tensor that requires grad is not supported outside no_grad()"
-            )
-        saved.bump(self._data)  # a backward that saved these values will now refuse them
-        ufunc(self._data, np.asarray(other.data if isinstance(other, Tensor) else other), out=self._data)
-        return self
-
+    # ---- in place: values only, never recorded (for parameters, under no_grad, as PyTorch requires)
     def add_(self, other: Any) -> Tensor:
-        return self._write("add_", np.add, other)
+        return ops.write_in_place("add_", self, np.add, other)
 
     def sub_(self, other: Any) -> Tensor:
-        return self._write("sub_", np.subtract, other)
+        return ops.write_in_place("sub_", self, np.subtract, other)
 
     def mul_(self, other: Any) -> Tensor:
-        return self._write("mul_", np.multiply, other)
+        return ops.write_in_place("mul_", self, np.multiply, other)
 
     def div_(self, other: Any) -> Tensor:
-        return self._write("div_", np.divide, other)
+        return ops.write_in_place("div_", self, np.divide, other)
 
     def copy_(self, src: Any) -> Tensor:
-        return self._write("copy_", lambda _, s, out: np.copyto(out, s), src)
+        return ops.write_in_place("copy_", self, None, src)
 
     def fill_(self, value: Any) -> Tensor:
-        return self._write("fill_", lambda _, v, out: np.copyto(out, v), value)
+        return ops.write_in_place("fill_", self, None, value)
 
     def zero_(self) -> Tensor:
-        return self.fill_(0)
+        return ops.write_in_place("zero_", self, None, 0)
 
     # ---- arithmetic operators
     def __add__(self, other: Any) -> Tensor:

@@ -30,6 +30,7 @@ from minidl.simulate import (
     step_time,
 )
 from minidl.simulate.cli import main
+from minidl.simulate.profile import fusion_plan
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KEYS = {"nodes", "rate", "per_node_rate", "speedup", "efficiency", "step_s", "compute_s", "comm_s"}
@@ -62,7 +63,11 @@ def test_profile_of_a_tiny_model():
     assert len(prof.buckets) >= 2
     ready = [b.ready_s for b in prof.buckets]
     assert all(0 <= r <= prof.backward_s for r in ready)
-    assert ready[-1] <= ready[0]  # the output layer's gradients come first in the backward
+    # the output layer's gradients come first in the backward, the first layer's last
+    plan = fusion_plan(optim.SGD(model.parameters(), lr=0.1), 4200)
+    where = {id(p): k for k, b in enumerate(plan) for p in b.params}
+    assert ready[where[id(model[4].weight)]] <= ready[where[id(model[0].weight)]]
+    assert [b.nbytes for b in plan] == [b.nbytes for b in prof.buckets]
     assert all(b.pack_s > 0 for b in prof.buckets)
 
 

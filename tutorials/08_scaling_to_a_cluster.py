@@ -72,8 +72,8 @@ rate_here = profile.items / profile.compute_s
 print(f"one rank here: {rate_here:,.0f} words/s; backward / forward = {profile.backward_s / profile.forward_s:.2f}")
 
 # %% [markdown]
-# The buckets are listed in the parameter order (embedding first); the last one, holding the decoder, is ready
-# first, the embedding's only when the backward ends. That order is what overlap can use (section 6).
+# The buckets are listed as `DistributedOptimizer` plans them, from the last layer back: the decoder's are
+# ready early in the backward, the embedding's only when it ends. That order is what overlap uses (section 6).
 #
 # ## 2. The cost of a message here, and a real run
 #

@@ -32,6 +32,7 @@ from minidl.ops.activation import (
 )
 from minidl.ops.compare import argmax, argmin, eq, ge, gt, le, lt, ne
 from minidl.ops.elementwise import Add, Cast, Div, Mul, Neg, Pow, Sub, add, div, mul, pow, sub
+from minidl.ops.inplace import write_in_place
 from minidl.ops.linalg import MatMul, matmul
 from minidl.ops.loss import BinaryCrossEntropyWithLogits, CrossEntropy
 from minidl.ops.reduce import Cumsum, Max, Mean, Min, Sum, Var, amax, amin, cumsum, mean, std, sum, var
@@ -101,5 +102,5 @@ __all__ = [
     "index_arg", "le", "leaky_relu", "log", "log2", "log_softmax", "logsumexp", "lt", "matmul", "maximum", "mean",
     "minimum", "mish", "mul", "ne", "pad", "pow", "relu", "reshape", "shape_arg", "sigmoid", "sign", "silu", "sin",
     "softmax", "softplus", "split", "sqrt", "squeeze", "stack", "std", "sub", "sum", "tanh", "transpose", "tril",
-    "triu", "unsqueeze", "var", "where",
+    "triu", "unsqueeze", "var", "where", "write_in_place",
 ]  # fmt: skip

@@ -16,7 +16,8 @@ last write, and a bucket is ready when the last of its parameters is (the output
 in the backward, the embedding's at its very end). The stamps cost ~1 us per write, included in the
 measured backward. Each bucket's local work around its allreduce (packing the gradients into the
 fusion buffer, unpacking and scaling the result: ``DistributedOptimizer``'s own ``fusion.pack`` and
-``unpack``) is timed too. All times are medians over the profiled steps after a warm-up step.
+``unpack``) is timed too. All times are medians over the profiled steps after a warm-up step, with one
+BLAS thread (a rank on one core, as the trainer's ranks run; ``NodeSpec`` scales to bigger nodes).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 import minidl.distributed as dist
 from minidl.distributed.data_parallel import fusion  # pack / unpack: DistributedOptimizer's own copies
@@ -232,7 +234,8 @@ def capture(
     if steps < 1:
         raise ValueError(f"profile steps must be >= 1, got {steps}")
     buckets = fusion_plan(optimizer, fusion_bytes)
-    runs = [_one_step(forward, update, buckets, model) for _ in range(steps + 1)][1:]
+    with threadpool_limits(limits=1, user_api="blas"):  # one rank = one core, as the trainer's ranks run
+        runs = [_one_step(forward, update, buckets, model) for _ in range(steps + 1)][1:]
     fwd, bwd, upd = (float(np.median([r[i] for r in runs])) for i in range(3))
     # ready times as fractions of each step's backward, so that one slow step does not shift them
     frac = np.median([np.asarray(r[3]) / max(r[1], 1e-12) for r in runs], axis=0)

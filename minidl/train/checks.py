@@ -27,10 +27,26 @@ class UsageError(Exception):
 
 # flag (its argparse dest), its default, the --parallel modes it applies to, and why
 MODE_FLAGS: tuple[tuple[str, str, Any, tuple[str, ...], str], ...] = (
-    ("--allreduce", "allreduce", "ring", ("data", "local-sgd", "pipeline"), "it picks how ranks average"),
-    ("--fusion-mb", "fusion_mb", 64.0, ("data", "pipeline"), "it sizes the gradient allreduces"),
+    (
+        "--allreduce",
+        "allreduce",
+        "ring",
+        ("data", "local-sgd", "pipeline", "model", "tensor", "ps"),
+        "one process has nothing to reduce",
+    ),
+    ("--fusion-mb", "fusion_mb", 64.0, ("data",), "it sizes data parallelism's gradient allreduces"),
     ("--compression", "compression", "none", ("data",), "it compresses the gradient allreduces"),
-    ("--sync-bn", "sync_bn", False, ("data",), "batch statistics are shared only between data-parallel replicas"),
+    (
+        "--sync-bn",
+        "sync_bn",
+        False,
+        ("data", "zero"),
+        "batch statistics are shared only between data-parallel replicas",
+    ),
+    ("--overlap", "overlap", False, ("data",), "only DistributedOptimizer's bucket allreduces run during backward"),
+    ("--zero-stage", "zero_stage", None, ("zero",), "only ZeRO shards the model's state"),
+    ("--timeline", "timeline", None, ("data", "zero"), "the timeline records data-parallel steps"),
+    ("--precision", "precision", "fp32", ("none", "data", "zero"), "mixed precision is emulated in these modes"),
     ("--servers", "servers", 1, ("ps",), "only a parameter server has servers"),
     ("--async", "asynchronous", False, ("ps",), "only a parameter server applies gradients asynchronously"),
     ("--fetch-every", "fetch_every", 1, ("ps",), "only parameter-server workers fetch parameters"),
@@ -65,10 +81,26 @@ def check_numbers(args: argparse.Namespace) -> None:
     dropout = getattr(args, "dropout", None)
     if dropout is not None and not 0 <= dropout < 1:
         raise UsageError(f"--dropout must be in [0, 1), got {dropout}")
+    check_loss_scale(getattr(args, "loss_scale", None), getattr(args, "precision", "fp32"))
     for name in ("micro_batches", "pipeline_stages", "staleness_bound"):
         value = getattr(args, name, None)
         if value is not None and value < (0 if name == "staleness_bound" else 1):
             raise UsageError(f"{flag(name)} must be >= {0 if name == 'staleness_bound' else 1}, got {value}")
+
+
+def check_loss_scale(loss_scale: str | None, precision: str) -> None:
+    """``--loss-scale dynamic|N`` needs a reduced precision, and N must be a finite number >= 1."""
+    if loss_scale is None:
+        return
+    if precision == "fp32":
+        raise UsageError("--loss-scale needs --precision fp16 or bf16 (float32 gradients do not underflow)")
+    if loss_scale != "dynamic":
+        try:
+            value = float(loss_scale)
+        except ValueError:
+            raise UsageError(f"--loss-scale must be 'dynamic' or a number >= 1, got {loss_scale!r}") from None
+        if not (math.isfinite(value) and value >= 1):
+            raise UsageError(f"--loss-scale must be 'dynamic' or a number >= 1, got {loss_scale!r}")
 
 
 def check_paths(args: argparse.Namespace, root: bool = True) -> None:
@@ -134,7 +166,13 @@ def train_timeout() -> float | None:
 
 
 PROG = "python -m minidl.train"
-PER_RANK_PATHS = ("save", "resume", "data", "text")  # may differ between ranks (rank 0 writes; node-local copies)
+PER_RANK_PATHS = (
+    "save",
+    "resume",
+    "log_json",
+    "data",
+    "text",
+)  # may differ between ranks (rank 0 writes; node-local copies)
 RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")  # set by MPICH's and Open MPI's launchers
 SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE")
 

@@ -60,6 +60,21 @@ FLAGS: dict[str, list[tuple[str, dict[str, Any]]]] = {  # group -> (flag, add_ar
         ("--allreduce", {"choices": dist.ALGORITHMS, "default": "ring", "help": "allreduce algorithm (default ring)"}),
         ("--fusion-mb", {"type": float, "default": 64.0, "help": "gradient MiB per allreduce (0: one per tensor)"}),
         ("--compression", {"choices": ("none", "fp16"), "default": "none", "help": "gradients on the wire"}),
+        ("--overlap", {"action": "store_true", "help": "data: allreduce each bucket during backward (as DDP)"}),
+        (
+            "--zero-stage",
+            {
+                "type": int,
+                "choices": (1, 2, 3),
+                "help": "zero: shard optimizer state (1), + gradients (2), + params (3)",
+            },
+        ),
+        ("--timeline", {"metavar": "FILE", "help": "data, zero: write a Chrome trace of every rank's steps"}),
+        (
+            "--precision",
+            {"choices": ("fp32", "fp16", "bf16"), "default": "fp32", "help": "arithmetic, 16-bit emulated (fp32)"},
+        ),
+        ("--loss-scale", {"metavar": "dynamic|N", "help": "loss scaling for fp16 (default dynamic with fp16)"}),
         ("--baseline-wps", PFLOAT | {"metavar": "X", "help": "one rank's words/s (images/s): prints the efficiency"}),
     ],
     "pipeline (--parallel pipeline)": [

@@ -15,6 +15,7 @@ The optimizers share one protocol, ``zero_grad()``, ``step(closure=None)``, ``fi
 from __future__ import annotations
 
 import argparse
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +24,8 @@ import numpy as np
 
 import minidl
 import minidl.distributed as dist
-from minidl import optim
+from minidl import amp, optim
+from minidl.nn.container import Sequential
 from minidl.nn.module import Module
 from minidl.train.checks import check_resume_settings, position_units
 
@@ -84,10 +86,13 @@ class Strategy:
         self.replicas, self.min_streams = 1, 1
         self.reports = True  # this rank's loss counts in the reported loss
         self.log_rank = 0  # the rank that prints progress
+        self.timeline: Any = None  # a dist.Timeline with --timeline (data-parallel modes)
+        self.precision = getattr(args, "precision", "fp32")  # --precision: 16-bit arithmetic emulated (minidl.amp)
+        self.scaler = make_scaler(self.precision, getattr(args, "loss_scale", None))
 
     def build(self, task: Any, model: Module) -> None:
         """Hold ``model`` whole: the net the loop runs, its parameters and their optimizer."""
-        self.model = self.net = model
+        self.model, self.net = model, Sequential(*(unit for _, unit in task.chain(model)))  # the units in order
         self.params = list(model.parameters())
         self.base = task.optimizer(self.params)  # the local optimizer (learning rates are set on it)
         self.opt: Any = self.base
@@ -109,13 +114,37 @@ class Strategy:
 
     def train_step(self, task: Any, batch: Any) -> float | None:
         """One optimizer step on ``batch``; returns this rank's loss (None where there is none)."""
-        out = task.forward(self.net, batch)
-        loss = self.criterion(task, out, batch)
+        with self.span("forward"), amp.autocast(self.precision):
+            out = task.forward(self.net, batch)
+            loss = self.criterion(task, out, batch)
         self.opt.zero_grad()
-        (out if loss is None else loss).backward()
-        self.clip(task.max_grad_norm)
-        self.update(task, batch)
+        with self.span("backward"):
+            (out if loss is None else self.scaled(loss)).backward()
+        if self.scaler is not None and not self.unscale():
+            return None if loss is None else float(loss.data)  # skipped: a gradient was inf or NaN on some rank
+        with self.span("clip"):
+            self.clip(task.max_grad_norm)
+        with self.span("update"):
+            self.update(task, batch)
         return None if loss is None else float(loss.data)
+
+    def scaled(self, loss: Any) -> Any:
+        return loss if self.scaler is None else self.scaler.scale(loss)
+
+    def unscale(self) -> bool:
+        """Loss scaling: gradients back to their size; False (and the step skipped on every rank) on inf/NaN."""
+        finite = self.scaler.unscale_(self.params)
+        finite = bool(self.ctx.sum([0.0 if finite else 1.0])[0] == 0)  # every rank must take the same decision
+        self.scaler._found_inf = not finite
+        self.scaler.update()
+        if not finite:
+            self.opt.zero_grad()
+            self.ctx.log(f"loss scale: a gradient was not finite, step skipped, scale now {self.scaler.scale_value:g}")
+        return finite
+
+    def span(self, name: str) -> Any:
+        """A timeline span around a phase of the step (nothing without ``--timeline``)."""
+        return self.timeline.span(name) if self.timeline is not None else contextlib.nullcontext()
 
     def update(self, task: Any, batch: Any) -> None:
         self.opt.step()
@@ -173,6 +202,15 @@ class Strategy:
         pos = Position(int(state["epoch"]), int(state["window"]), int(state["step"]))
         task.restore_state(mine if pos.window else {})
         return pos
+
+
+def make_scaler(precision: str, loss_scale: str | None) -> amp.GradScaler | None:
+    """``--loss-scale dynamic|N`` (dynamic by default with fp16, none with bf16 and fp32)."""
+    if loss_scale is None:
+        return amp.GradScaler() if precision == "fp16" else None
+    if loss_scale == "dynamic":
+        return amp.GradScaler()
+    return amp.GradScaler(init_scale=float(loss_scale), dynamic=False)
 
 
 def reseed_per_rank(seed: int, rank: int) -> None:

@@ -31,16 +31,32 @@ class DataParallel(Strategy):
         reseed_per_rank(a.seed, self.ctx.rank)
         super().build(task, model)
         compression = None if a.compression == "none" else a.compression
+        if getattr(a, "precision", "fp32") == "fp16":
+            compression = "fp16"  # fp16 training sends fp16 gradients: half the bytes
         self.opt = dist.DistributedOptimizer(
             self.base,
             allreduce=a.allreduce,
             fusion_bytes=int(a.fusion_mb * 2**20),
             compression=compression,
             comm=self.ctx.comm,
+            overlap=a.overlap,
+            overflow="skip" if self.scaler is not None else "raise",  # the loss scaler then backs off
         )
+        self.keep_timeline()
+
+    def keep_timeline(self) -> None:
+        """``--timeline FILE``: record this rank's steps (the optimizer its allreduces) for a Chrome trace."""
+        if self.args.timeline:
+            self.timeline = self.opt.timeline = dist.Timeline(self.ctx.comm)
+
+    def finish(self) -> None:
+        super().finish()
+        if self.timeline is not None:
+            self.timeline.write(self.args.timeline)
 
     def describe(self) -> list[str]:
-        return [f"data parallel: {self.ctx.size} ranks, allreduce={self.ctx.algorithm}"]
+        overlap = ", buckets allreduced during backward" if self.args.overlap else ""
+        return [f"data parallel: {self.ctx.size} ranks, allreduce={self.ctx.algorithm}{overlap}"]
 
     def clip(self, max_norm: float | None) -> None:
         if max_norm:
@@ -59,3 +75,30 @@ class DataParallel(Strategy):
     def report(self, result: dict[str, Any]) -> list[str]:
         lines = [f"step time, {self.opt.timings.summary()}"] if self.opt.timings.steps else []
         return lines + super().report(result)
+
+
+class ZeroParallel(DataParallel):
+    """data parallelism with the model's state sharded over the ranks (ZeRO stage 1, 2 or 3)."""
+
+    refuses = ("--save", "--resume", "--compression")  # checkpoints of sharded state are not written
+
+    def build(self, task: Any, model: Module) -> None:
+        if getattr(self.args, "sync_bn", False):
+            model = dist.convert_sync_batchnorm(model, self.args.allreduce, self.ctx.comm)
+        dist.broadcast_parameters(model, root=0, comm=self.ctx.comm)
+        reseed_per_rank(self.args.seed, self.ctx.rank)
+        Strategy.build(self, task, model)
+        self.stage = self.args.zero_stage or 1
+        self.opt = dist.ZeroOptimizer(self.base, stage=self.stage, module=model, comm=self.ctx.comm)
+        self.keep_timeline()
+
+    def describe(self) -> list[str]:
+        held = self.opt.memory_bytes()
+        mb = ", ".join(f"{k.replace('_', ' ')} {v / 2**20:.2f} MiB" for k, v in held.items())
+        return [
+            f"ZeRO stage {self.stage}: {self.ctx.size} ranks (ring reduce-scatter and allgather); rank 0 holds {mb}"
+        ]
+
+    def clip(self, max_norm: float | None) -> None:
+        if max_norm:
+            self.opt.clip_grad_norm(max_norm)  # the shards' squared norms added over the ranks
