@@ -252,6 +252,7 @@ class Recurrent(Module):
         if self.states[k] is None:
             zeros = tensor(np.zeros((h.shape[1], self.hidden_size), h.dtype))
             self.states[k] = (zeros, zeros)
-        out, h_n, c_n = self.lstm.run(h, *self.states[k])
-        self.states[k] = (h_n, c_n)
+        h0, c0 = self.states[k]
+        out, h_n, c_n = self.lstm.run(h, [h0], [c0])  # one direction: lists of one (h, c) each
+        self.states[k] = (h_n[0], c_n[0])
         return out
