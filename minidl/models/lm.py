@@ -255,7 +255,7 @@ class Recurrent(Module):
         if self.states[k] is None:
             zeros = tensor(np.zeros((h.shape[1], self.hidden_size), h.dtype))
             self.states[k] = (zeros, zeros)
-        h_0, c_0 = self.states[k]
-        out, h_n, c_n = self.lstm.run(h, [h_0], [c_0])  # one direction: the language model reads left to right
-        self.states[k] = (h_n[0], c_n[0])
+        h0, c0 = self.states[k]
+        out, (h_n,), (c_n,) = self.lstm.run(h, [h0], [c0])  # one direction: one state in, one out
+        self.states[k] = (h_n, c_n)
         return out
