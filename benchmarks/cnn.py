@@ -51,8 +51,8 @@ def _minidl_model(depth: int):
     return nn.resnet(depth, num_classes=10)
 
 
-def _timed(step, warmup: int, steps: int, profile: bool = False) -> tuple[float, float]:
-    """Median wall-clock seconds per timed step after ``warmup`` steps, and the last loss; with ``profile``,
+def _timed(step, warmup: int, steps: int, profile: bool = False) -> tuple[float, float, float]:
+    """Median wall-clock and CPU seconds per timed step after ``warmup`` steps, and the last loss; with ``profile``,
     a cProfile of the timed steps goes to stderr."""
     if not profile:
         times, loss = time_steps(step, warmup, steps)
@@ -67,10 +67,10 @@ def _timed(step, warmup: int, steps: int, profile: bool = False) -> tuple[float,
         times, loss = time_steps(lambda i: step(warmup + i), 0, steps)
         prof.disable()
         pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(25)
-    return float(np.median([wall for wall, _ in times])), loss
+    return float(np.median([wall for wall, _ in times])), float(np.median([cpu for _, cpu in times])), loss
 
 
-def run_minidl(args) -> float:
+def run_minidl(args) -> tuple[float, float, float]:
     import minidl
     import minidl.nn.functional as F
     from minidl import optim
@@ -89,7 +89,7 @@ def run_minidl(args) -> float:
     return _timed(step, args.warmup, args.steps, args.profile)
 
 
-def run_torch(args) -> float:
+def run_torch(args) -> tuple[float, float, float]:
     import torch
 
     sys.path.insert(0, os.path.join(ROOT, "tests"))
@@ -113,12 +113,13 @@ def run_torch(args) -> float:
 
 
 def _child(args) -> None:
-    step_s, loss = (run_minidl if args.child == "minidl" else run_torch)(args)
+    step_s, cpu_s, loss = (run_minidl if args.child == "minidl" else run_torch)(args)
     print(
         json.dumps(
             {
                 "impl": args.child,
                 "images_per_s": args.batch / step_s,
+                "cpu_images_per_s": args.batch / cpu_s,
                 "ms_per_step": 1e3 * step_s,
                 "loss": loss,
                 "peak_rss_mb": peak_rss_mb(),
@@ -185,6 +186,9 @@ def main() -> None:
     rounds: list[dict[str, dict | None]] = []
     for _ in range(1 if args.profile else args.rounds):
         rounds.append({name: _spawn(name, args) for name in impls})
+    print("CPU time (the process's own CPU seconds: the fairer number on a shared machine):")
+    report(rounds, impls, "cpu_images_per_s", "images/CPU-s", target=0.8)
+    print("wall clock:")
     report(rounds, impls, "images_per_s", "images/s", target=0.8)
 
 

@@ -7,7 +7,8 @@ same number of steps per worker with the same per-worker batch (weak scaling). T
 S ranks to the servers, so they have P - S workers where allreduce and local SGD have P. Printed
 (rank 0): throughput (samples/s over all workers), communication per step counted on the wire
 (bytes sent + received: the busiest rank, and a worker), the training loss over the last 10 steps,
-the held-out loss of the final model, the PS staleness; the bytes per step predicted by the
+the held-out loss of the final model, the PS staleness (of the run with the median throughput; throughput as
+the median and min-max of ``--repeats`` interleaved runs); the bytes per step predicted by the
 protocols beside them; and a plot of loss against steps and against wall time.
 
 Throughput on a laptop is a small-scale indication only: ranks share cores and memory bandwidth,
@@ -25,6 +26,7 @@ import compare as C  # benchmarks/compare.py, beside this file
 import numpy as np
 
 from minidl.distributed.parameter_server.protocol import HEADER_BYTES
+from minidl.measure import busy_note, peak_rss_mb, spread
 
 
 def main(argv: list[str] | None = None) -> list[C.SchemeResult] | None:
@@ -40,6 +42,7 @@ def main(argv: list[str] | None = None) -> list[C.SchemeResult] | None:
     parser.add_argument("--plot", metavar="PATH", help="write the loss curves (PNG)")
     parser.add_argument("--json", metavar="PATH", help="write the table's numbers")
     parser.add_argument("--quick", action="store_true", help="a few steps (CI)")
+    parser.add_argument("--repeats", type=int, default=5, help="runs of every scheme, interleaved (median shown)")
     args = parser.parse_args(argv)
     if args.quick or os.environ.get("MINIDL_QUICK") == "1":
         args.steps, args.hidden = min(args.steps, 20), min(args.hidden, 32)
@@ -56,9 +59,15 @@ def main(argv: list[str] | None = None) -> list[C.SchemeResult] | None:
         ("ps-async", "PS async", {"num_servers": args.servers, "fetch_every": args.fetch_every}),
         ("local-sgd", f"local SGD k={args.average_every}", {"average_every": args.average_every}),
     )
-    results = dist.run(C.compare, comm, task, args.steps, runs)
+    # every repeat runs each scheme once, in turn: a change of load falls on all of them alike
+    rounds = [dist.run(C.compare, comm, task, args.steps, runs) for _ in range(max(args.repeats, 1))]
     if comm.Get_rank() != 0:
         return None
+    samples = {r.label: [rnd[i].samples_per_second for rnd in rounds] for i, r in enumerate(rounds[0])}
+    results = [
+        min(col, key=lambda r: abs(r.samples_per_second - spread([x.samples_per_second for x in col])[0]))
+        for col in zip(*rounds)
+    ]  # each scheme's run with the median throughput
     P = comm.Get_size()
     nbytes = sum(p.data.nbytes for p in task.make_model().parameters())
     print(
@@ -66,6 +75,13 @@ def main(argv: list[str] | None = None) -> list[C.SchemeResult] | None:
         f"batch {args.batch_size} per worker"
     )
     print(C.format_table(results))
+    print(
+        f"\nthroughput, median (min-max) of {len(rounds)} interleaved runs; peak memory {peak_rss_mb():.0f} MB (rank 0)"
+    )
+    for label, values in samples.items():
+        med, lo, hi = spread(values)
+        print(f"  {label:<26} {med:10,.0f} samples/s ({lo:,.0f}-{hi:,.0f})")
+    print(busy_note(samples))
     print("\npredicted KiB per step (sent + received, headers aside):")
     print(f"  allreduce (ring), every rank: 4 (P-1)/P x model = {C.allreduce_bytes_per_rank(nbytes, P) / 1024:.1f}")
     W = P - args.servers

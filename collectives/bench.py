@@ -65,6 +65,16 @@ def time_calls(comm, calls: dict, repeats: int) -> tuple[dict, dict]:
     return {name: float(np.median(times[j])) for j, name in enumerate(calls)}, results
 
 
+def _predicted(chosen: str, p: int, nbytes: int, check: bool) -> float | None:
+    """The cost model's time of one call (None for MPI's own), the agreement check's round included."""
+    if chosen == "mpi":
+        return None
+    predicted = cost.predict(chosen, p, nbytes)
+    if check and p > 1 and (chosen != "recursive_doubling" or nbytes > INLINE):
+        predicted += cost.predict_check(p)  # short recursive doubling is its own check
+    return predicted
+
+
 def run(
     comm,
     sizes: list[int],
@@ -99,11 +109,7 @@ def run(
             chosen = collectives.choose_algorithm(p, x.nbytes)[0] if name == "auto" else name
             wrong = np.array([np.count_nonzero(out != results["mpi"])], dtype=np.int64)
             comm.Allreduce(MPI.IN_PLACE, wrong, op=MPI.SUM)
-            predicted = None
-            if chosen != "mpi":
-                predicted = cost.predict(chosen, p, x.nbytes)
-                if check and p > 1 and (chosen != "recursive_doubling" or x.nbytes > INLINE):
-                    predicted += cost.predict_check(p)  # short recursive doubling is its own check
+            predicted = _predicted(chosen, p, x.nbytes, check)
             algbw = x.nbytes / t / 1e9 if t > 0 else 0.0
             rows.append(
                 {

@@ -16,7 +16,7 @@ from minidl.data.text import batchify, bptt_batches
 
 collectives = pytest.importorskip("collectives")
 
-from test_distributed_equivalence import (  # noqa: E402
+from helpers.distributed_equivalence import (  # noqa: E402
     BPTT,
     CNN_N,
     LM_BATCH,

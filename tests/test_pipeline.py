@@ -9,15 +9,31 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers.pipeline import (  # noqa: F401
+    BATCH,
+    BLOCKS,
+    CLASSES,
+    HIDDEN,
+    IN,
+    LR,
+    MOMENTUM,
+    STEPS,
+    assert_matches,
+    dependencies_respected,
+    make_batches,
+    make_model,
+    pytestmark,
+    simulate_f64,
+    train_pipeline,
+    train_single,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import collectives
-import minidl
-import minidl.distributed as dist
 import minidl.nn.functional as F
 from collectives.simulated import Status
-from minidl import nn, optim
+from minidl import nn
 from minidl.distributed.pipeline.engine import Pipeline, make_grid, split_sequential
 from minidl.distributed.pipeline.schedule import (
     BACKWARD,
@@ -32,90 +48,6 @@ from minidl.distributed.pipeline.schedule import (
     schedule,
     stage_idle_fractions,
 )
-
-IN, HIDDEN, CLASSES, BLOCKS = 5, 7, 3, 5  # 5 hidden blocks + the output layer: 6 stages at most
-BATCH, STEPS, LR, MOMENTUM = 12, 2, 0.1, 0.9
-
-
-# ----------------------------------------------------------------------------- shared helpers
-def make_model(seed: int = 0) -> nn.Sequential:
-    """Six layers with parameters (each block Linear + Tanh), so any p <= 6 gives every stage weights."""
-    minidl.manual_seed(seed)
-    blocks = [nn.Sequential(nn.Linear(IN if k == 0 else HIDDEN, HIDDEN), nn.Tanh()) for k in range(BLOCKS)]
-    return nn.Sequential(*blocks, nn.Linear(HIDDEN, CLASSES))
-
-
-def make_batches(steps: int = STEPS, batch: int = BATCH, seed: int = 1) -> list[tuple[np.ndarray, np.ndarray]]:
-    rng = np.random.default_rng(seed)
-    return [(rng.standard_normal((batch, IN)), rng.integers(0, CLASSES, batch)) for _ in range(steps)]
-
-
-def train_single(batches) -> dict[str, np.ndarray]:
-    """The reference: one process, whole mini-batches."""
-    model = make_model()
-    opt = optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
-    for x, y in batches:
-        opt.zero_grad()
-        F.cross_entropy(model(x), y).backward()
-        opt.step()
-    return model.state_dict()
-
-
-def train_pipeline(comm, batches, sched: str, micro: int, dp_comm=None) -> tuple[dict[str, np.ndarray], Pipeline]:
-    """This rank's stage trained through the pipeline on ``comm``; with ``dp_comm``, gradients are
-    averaged over it (each replica passes its own shard of every batch). Returns the stage's
-    parameters under their names in the full model, and the Pipeline (its last step's records)."""
-    model = make_model()
-    p, s = comm.Get_size(), comm.Get_rank()
-    stage = split_sequential(model, p, s)
-    pipe = Pipeline(stage, F.cross_entropy, sched, micro, comm)
-    opt = optim.SGD(stage.parameters(), lr=LR, momentum=MOMENTUM)
-    if dp_comm is not None:
-        opt = dist.DistributedOptimizer(opt, comm=dp_comm)
-    for x, y in batches:
-        opt.zero_grad()
-        pipe.train_step(x if pipe.is_first else None, y if pipe.is_last else None)
-        opt.step()
-    return stage.state_dict(), pipe
-
-
-def assert_matches(got: dict[str, np.ndarray], want: dict[str, np.ndarray], what: str = "") -> None:
-    assert got, f"{what}no parameters to compare"
-    for k, v in got.items():
-        np.testing.assert_allclose(v, want[k], rtol=1e-8, atol=1e-12, err_msg=f"{what}{k}")
-
-
-pytestmark = pytest.mark.usefixtures("float64")  # exactness is checked in float64
-
-
-def simulate_f64(p, fn, *args):
-    def body(comm, *a):
-        minidl.set_default_dtype(np.float64)  # the default dtype is per thread
-        return fn(comm, *a)
-
-    return collectives.simulate(p, body, *args)
-
-
-# ----------------------------------------------------------------------------- schedules
-def dependencies_respected(ops_per_stage) -> bool:
-    """Can the stages' op orders all run? (F(s,i) needs F(s-1,i); B(s,i) needs B(s+1,i) and F(s,i).)"""
-    p = len(ops_per_stage)
-    ideal_done, pos = set(), [0] * p
-    progressed = True
-    while progressed:
-        progressed = False
-        for s in range(p):
-            while pos[s] < len(ops_per_stage[s]):
-                kind, i = ops_per_stage[s][pos[s]]
-                need = [(FORWARD, s - 1, i)] if kind == FORWARD and s > 0 else []
-                if kind == BACKWARD:
-                    need = [(FORWARD, s, i)] + ([(BACKWARD, s + 1, i)] if s < p - 1 else [])
-                if not all(n in ideal_done for n in need):
-                    break
-                ideal_done.add((kind, s, i))
-                pos[s] += 1
-                progressed = True
-    return all(pos[s] == len(ops_per_stage[s]) for s in range(p))
 
 
 @settings(max_examples=30, deadline=None)
@@ -152,7 +84,6 @@ def test_schedule_errors():
     assert len(split_sequential(make_model(), 4, 0)) == 2 and len(split_sequential(make_model(), 4, 3)) == 1
 
 
-# ----------------------------------------------------------------------------- exactness
 @pytest.mark.parametrize("sched", SCHEDULES)
 @pytest.mark.parametrize("p, m", [(1, 3), (2, 1), (2, 4), (3, 5), (4, 4), (5, 12), (6, 7)])
 def test_pipeline_equals_single_process(sched, p, m):
@@ -216,7 +147,6 @@ def test_dp_by_pp_equals_single_process(sched):
         assert_matches(got, want, f"{sched}, rank {r}: ")
 
 
-# ----------------------------------------------------------------------------- records
 def test_one_f_one_b_holds_fewer_activations_than_gpipe():
     p, m = 4, 8
     batches = make_batches(1)
@@ -255,7 +185,6 @@ def test_events_are_recorded_and_gathered(tmp_path):
     assert (tmp_path / "schedule.png").stat().st_size > 1000
 
 
-# ----------------------------------------------------------------------------- errors
 def test_clear_errors():
     stage = make_model()
 
@@ -276,7 +205,6 @@ def test_clear_errors():
         split_sequential(nn.Linear(2, 2), 2, 0)
 
 
-# ----------------------------------------------------------------------------- the simulated Split
 def test_simulated_split_groups_ranks_and_isolates_messages():
     def run(comm):
         rank = comm.Get_rank()

@@ -9,106 +9,31 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers.model_parallel import train_lm_dense
+from helpers.tensor_parallel import (  # noqa: F401
+    RTOL,
+    STEPS,
+    assert_close,
+    dense_mlp_loss,
+    make_mlp_block,
+    mlp_batches,
+    pytestmark,
+    train_lm,
+    train_mlp,
+    train_mlp_dense,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_model_parallel import lm_batches, make_lm, train_lm_dense
 
 import collectives
 import minidl
 import minidl.nn.functional as F
-from minidl import nn, optim
+from minidl import nn
 from minidl.distributed.counting import CountingComm
-from minidl.distributed.model_parallel import layerwise as mp
 from minidl.distributed.model_parallel import tensor_parallel as tp
 from minidl.gradcheck import numerical_grad
-from minidl.models.lm import Recurrent
-
-STEPS = 3
-RTOL = 1e-8
 
 
-pytestmark = pytest.mark.usefixtures("float64")  # exactness is checked in float64
-
-
-def assert_close(got, want, rtol: float = RTOL, what: str = "") -> None:
-    want = np.asarray(want)
-    np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * max(np.abs(want).max(), 1e-300), err_msg=what)
-
-
-# ----------------------------------------------------------------------------- scenarios (shared with tests/mpi)
-def make_mlp_block() -> tuple[nn.Linear, nn.Linear, nn.Linear]:
-    """fc1 (6 -> 11), fc2 (11 -> 5): the MLP block; head (5 -> 7): a column-parallel classifier."""
-    minidl.manual_seed(9)
-    return nn.Linear(6, 11), nn.Linear(11, 5), nn.Linear(5, 7)
-
-
-def mlp_batches(steps: int = STEPS) -> list[tuple[np.ndarray, np.ndarray]]:
-    rng = np.random.default_rng(4)
-    return [(rng.standard_normal((8, 6)), rng.integers(0, 7, 8)) for _ in range(steps)]
-
-
-def dense_mlp_loss(fc1, fc2, head, x, y):
-    return F.cross_entropy(head(fc2(fc1(x).relu()).tanh()), y)
-
-
-def train_mlp_dense(steps: int = STEPS) -> list[np.ndarray]:
-    fc1, fc2, head = make_mlp_block()
-    params = [*fc1.parameters(), *fc2.parameters(), *head.parameters()]
-    opt = optim.SGD(params, lr=0.4, momentum=0.5)
-    for x, y in mlp_batches(steps):
-        opt.zero_grad()
-        dense_mlp_loss(fc1, fc2, head, minidl.tensor(x), y).backward()
-        opt.step()
-    return [p.data for p in params]
-
-
-def train_mlp(comm, steps: int = STEPS, gather_head: bool = True) -> tuple[list[np.ndarray], int]:
-    """The same model, fc1/fc2 as a ParallelMLP and the head column-parallel (gathered logits, or the
-    vocabulary-parallel loss); returns the gathered dense parameters and the bytes this rank sent."""
-    counting = CountingComm(comm)
-    fc1, fc2, head = make_mlp_block()
-    mlp = tp.ParallelMLP.from_dense(fc1, nn.ReLU(), fc2, comm=counting)
-    col = tp.ColumnParallelLinear.from_dense(head, gather_output=gather_head, comm=counting)
-    del fc1, fc2, head
-    opt = optim.SGD([*mlp.parameters(), *col.parameters()], lr=0.4, momentum=0.5)
-    for x, y in mlp_batches(steps):
-        opt.zero_grad()
-        logits = col(mlp(minidl.tensor(x)).tanh())
-        loss = (
-            F.cross_entropy(logits, y)
-            if gather_head
-            else tp.vocab_parallel_cross_entropy(logits, y, col.out_range.start, counting)
-        )
-        loss.backward()
-        opt.step()
-    sent = counting.bytes_sent
-    gathered = [*tp.gather_linear(mlp.fc1), *tp.gather_linear(mlp.fc2), *tp.gather_linear(col)]
-    return gathered, sent
-
-
-def train_lm(comm, layers: int = 2, steps: int = STEPS, max_norm: float = 0.1) -> dict:
-    """The LM of tests/test_model_parallel.py with its decoder (the last unit's Linear) split by vocabulary and
-    the vocabulary-parallel loss (compare with its ``train_lm_dense``): the dense state dict on every rank."""
-    units, decoder, name = tp.shard_last_unit(make_lm(layers).units(), False, comm)
-    net = nn.Sequential(*(u for _, u in units))
-    own = list(decoder.parameters())
-    replicated = [p for p in net.parameters() if all(p is not q for q in own)]
-    opt = optim.SGD(net.parameters(), lr=0.7)
-    for x, y in lm_batches(steps):
-        for _, unit in units:
-            if isinstance(unit, Recurrent):
-                unit.start_window()
-        logits = net(x)
-        opt.zero_grad()
-        tp.vocab_parallel_cross_entropy(logits, y.reshape(-1), decoder.out_range.start, comm).backward()
-        mp.clip_grad_norm_split(own, max_norm, comm, replicated)
-        opt.step()
-    state = mp.dense_names(net.state_dict(), [n for n, _ in units])
-    state[f"{name}.weight"], state[f"{name}.bias"] = tp.gather_linear(decoder)
-    return state
-
-
-# ----------------------------------------------------------------------------- shards
 @settings(max_examples=30, deadline=None)
 @given(st.integers(1, 40), st.integers(1, 8))
 def test_shard_ranges_tile_the_features(n, size):
@@ -155,7 +80,6 @@ def test_default_init_is_the_dense_init_of_the_same_seed():
         np.testing.assert_array_equal(b, dense.bias.data)
 
 
-# ----------------------------------------------------------------------------- layers against dense
 @pytest.mark.parametrize("P", [1, 2, 3, 4])
 def test_column_row_and_mlp_forward_backward_equal_dense(P):
     fc1, fc2, head = make_mlp_block()
@@ -273,7 +197,6 @@ def test_misuse_gives_clear_errors():
     assert all(collectives.simulate(4, fn))
 
 
-# ----------------------------------------------------------------------------- training exactness
 @pytest.mark.parametrize("P", [1, 2, 3, 4])
 @pytest.mark.parametrize("gather_head", [True, False])
 def test_tensor_parallel_mlp_trains_exactly_as_one_process(P, gather_head):
@@ -292,7 +215,6 @@ def test_tensor_parallel_lm_trains_exactly_as_one_process(P):
             assert_close(got[k], want[k], what=k)
 
 
-# ----------------------------------------------------------------------------- communication volume
 def test_parallel_mlp_moves_one_allreduce_each_way():
     """Without checks: forward allreduces [N, out] after fc2, backward [N, in] before fc1, and
     nothing else (ring allreduce of n floats sends 2 (P-1)/P n of them per rank, when P divides n)."""

@@ -69,3 +69,17 @@ def test_refuses_layerwise_optimizers_and_bad_stages():
         )
     with pytest.raises(ValueError, match="stage must be 1, 2 or 3"):
         dist.ZeroOptimizer(optim.SGD(model.parameters(), lr=0.1), stage=4)
+
+
+def test_stage3_refuses_parameters_used_outside_the_units():
+    def run(comm):
+        minidl.set_default_dtype(np.float64)
+        dist.init(comm)
+        model = Units()
+        opt = dist.ZeroOptimizer(optim.SGD(model.parameters(), lr=0.1), stage=3, module=model.a)  # a alone
+        x, y = data(comm.Get_rank(), 0)
+        F.cross_entropy(model(minidl.tensor(x)), y).backward()
+        opt.step()
+
+    with pytest.raises(RuntimeError, match="never gathered"):
+        collectives.simulate(2, run)

@@ -188,8 +188,11 @@ class LSTMLanguageModel(Module):
         the LSTM state kept inside each ``Recurrent`` unit instead of passed around. Model, pipeline and
         tensor parallelism cut this list; each unit's parameter names are the model's (name "" adds none).
         """
-        layers = [("", Recurrent(layer)) for layer in self.lstm.layers]  # dropout between them: in each layer
-        return [("", Embed(self.embedding, self.drop)), *layers, ("", Decode(self.drop, self.decoder))]
+        if "_units" not in self.__dict__:  # built once: whoever cuts the model (a stage, ZeRO's hooks) holds the same
+            layers = [("", Recurrent(layer)) for layer in self.lstm.layers]  # dropout between them: in each layer
+            units = [("", Embed(self.embedding, self.drop)), *layers, ("", Decode(self.drop, self.decoder))]
+            self.__dict__["_units"] = units  # a plain attribute, not registered: the parameters are the model's
+        return list(self.__dict__["_units"])
 
     def extra_repr(self) -> str:
         return f"vocab_size={self.vocab_size}, hidden_size={self.hidden_size}, num_layers={self.num_layers}"

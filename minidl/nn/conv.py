@@ -71,12 +71,15 @@ class Conv2dFunction(Function):
 
 
 def choose_method(weight_shape, stride, padding, dilation, groups) -> str:
-    """What "auto" runs: "implicit" for stride-1 convolutions with a shallow K = C*kh*kw, "im2col" for the
-    other 1x1 ones (strided shortcuts: the copy is a subsample), "gemm" otherwise."""
+    """What "auto" runs (measured: ``benchmarks/cnn.py --layers``): "im2col" for 1x1 convolutions (their
+    im2col is the input itself, or a subsample), "implicit" for stride-1 ones with a shallow
+    K = C*kh*kw, "gemm" otherwise (deep layers, strides, dilation, groups)."""
     o, cg, kh, kw = weight_shape
+    if kh * kw == 1 and groups == 1:
+        return "im2col"
     if implicit_applies(weight_shape, stride, padding, dilation, groups) and cg * kh * kw < GEMM_MIN_DEPTH:
         return "implicit"
-    return "im2col" if kh * kw == 1 and groups == 1 else "gemm"
+    return "gemm"
 
 
 def implicit_applies(weight_shape, stride, padding, dilation, groups) -> bool:

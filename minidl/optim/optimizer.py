@@ -195,22 +195,7 @@ class Optimizer:
             if int(key) not in params:
                 raise ValueError(f"{name}.load_state_dict: state for parameter {key}, which no group lists")
             p = params[int(key)]
-            restored = {}
-            for k, v in entries.items():
-                if isinstance(v, np.ndarray):
-                    if v.shape != p.shape:
-                        raise ValueError(
-                            f"{name}.load_state_dict: state '{k}' of parameter {key} has shape {v.shape}, "
-                            f"but the parameter has shape {p.shape}"
-                        )
-                    if v.dtype.kind == "f" and v.dtype != p.dtype and not cast:
-                        raise ValueError(
-                            f"{name}.load_state_dict: state '{k}' of parameter {key} is {v.dtype}, the parameter "
-                            f"{p.dtype} (cast=True converts)"
-                        )
-                    v = v.astype(p.dtype, copy=True) if v.dtype.kind == "f" else v.copy()
-                restored[k] = v
-            new_state[p] = restored
+            new_state[p] = {k: _restored(name, key, k, v, p, cast) for k, v in entries.items()}
 
         new_groups = []
         for ours, saved in zip(self.param_groups, saved_groups):
@@ -271,3 +256,20 @@ def check_nonnegative(opt: Optimizer, group: dict[str, Any], *names: str) -> Non
         if not value >= 0.0:  # also rejects NaN
             raise ValueError(f"{type(opt).__name__}: invalid {name}: {value} (must be >= 0)")
         group[name] = value
+
+
+def _restored(name: str, key: Any, k: str, v: Any, p: Tensor, cast: bool) -> Any:
+    """State entry ``k`` of parameter ``key``, checked against the parameter (shape; dtype unless ``cast``) and copied."""
+    if not isinstance(v, np.ndarray):
+        return v
+    if v.shape != p.shape:
+        raise ValueError(
+            f"{name}.load_state_dict: state '{k}' of parameter {key} has shape {v.shape}, "
+            f"but the parameter has shape {p.shape}"
+        )
+    if v.dtype.kind == "f" and v.dtype != p.dtype and not cast:
+        raise ValueError(
+            f"{name}.load_state_dict: state '{k}' of parameter {key} is {v.dtype}, the parameter "
+            f"{p.dtype} (cast=True converts)"
+        )
+    return v.astype(p.dtype, copy=True) if v.dtype.kind == "f" else v.copy()

@@ -31,7 +31,7 @@ MODE_FLAGS: tuple[tuple[str, str, Any, tuple[str, ...], str], ...] = (
         "--allreduce",
         "allreduce",
         "ring",
-        ("data", "local-sgd", "pipeline", "model", "tensor", "ps"),
+        ("data", "zero", "local-sgd", "pipeline", "model", "tensor", "ps"),
         "one process has nothing to reduce",
     ),
     ("--fusion-mb", "fusion_mb", 64.0, ("data",), "it sizes data parallelism's gradient allreduces"),

@@ -156,7 +156,9 @@ def run(task_class: Any, argv: list[str] | None = None) -> dict[str, Any]:
     preset, cfg = resolve(task_class, args)
     if args.print_config:
         settings = {"program": task_class.name, "preset": preset, "config": cfg.as_dict(), "flags": vars(args)}
-        print(json.dumps(settings, indent=2))
+        launched = os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0"))  # under mpiexec: rank 0
+        if launched == "0":
+            print(json.dumps(settings, indent=2))
         return settings
     validate_or_exit(args)  # every flag checked before anything is built: one line and exit 2 (train/checks.py)
     check_flags(args)

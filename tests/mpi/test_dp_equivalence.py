@@ -6,7 +6,7 @@ SyncBatchNorm, with every allreduce algorithm and MPI's own.
 """
 
 import pytest
-from test_distributed_equivalence import (
+from helpers.distributed_equivalence import (
     MODELS,
     STEPS,
     assert_same_state,

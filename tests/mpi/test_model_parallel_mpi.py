@@ -5,7 +5,7 @@ The scenarios are the serial tests' (tests/test_model_parallel.py), run on MPI.C
 """
 
 import pytest
-from test_model_parallel import (
+from helpers.model_parallel import (
     assert_same_state,
     make_mlp,
     mlp_batches,

@@ -6,8 +6,8 @@ k = 1 = gradient averaging. The helpers are the serial tests' (tests/test_parame
 """
 
 import pytest
-from test_local_sgd import run_local_sgd
-from test_parameter_server import (
+from helpers.local_sgd import run_local_sgd
+from helpers.parameter_server import (
     STEPS,
     assert_same_state,
     heldout_loss,

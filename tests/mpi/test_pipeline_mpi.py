@@ -6,7 +6,7 @@ reference itself (the model is tiny) and checks its own stage. float64, 1e-8 rel
 """
 
 import pytest
-from test_pipeline import (
+from helpers.pipeline import (
     BATCH,
     assert_matches,
     make_batches,

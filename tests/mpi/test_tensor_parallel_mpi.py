@@ -5,8 +5,8 @@ MPI's own Allreduce as the f/g collective.
 """
 
 import pytest
-from test_model_parallel import train_lm_dense
-from test_tensor_parallel import (
+from helpers.model_parallel import train_lm_dense
+from helpers.tensor_parallel import (
     STEPS,
     assert_close,
     make_mlp_block,

@@ -17,7 +17,8 @@ shard r with the wrapped optimizer (whose state is therefore shard-sized); then,
 ring allgather (the allreduce's second half) brings every updated shard to every rank. Each rank sends
 2 Psi (P - 1) / P values, the same as an allreduce. Stage 2 differs from stage 1 only in dropping the
 full gradient as soon as it is reduce-scattered. In stage 3 the parameters stay sharded between steps:
-each unit (``model.units()``, else the whole model) allgathers its parameters just before its forward
+each unit (a child of a Sequential of units, as the trainer runs a model; else each module that owns
+parameters) allgathers its parameters just before its forward
 and releases them after, Psi (P - 1) / P more values per rank per forward.
 
 The reduce-scatter is the one inside the ring allreduce and the update is elementwise (SGD, momentum,
@@ -53,6 +54,7 @@ from minidl.distributed.comm import get_comm
 from minidl.distributed.data_parallel.fusion import Bucket, pack, plan_buckets
 from minidl.distributed.data_parallel.timing import StepTimings
 from minidl.distributed.fingerprint import check_layout, optimizer_rows, parameter_rows
+from minidl.nn.container import Sequential
 from minidl.nn.module import Module, Parameter
 from minidl.optim.optimizer import Optimizer
 from minidl.tensor import Tensor
@@ -109,6 +111,7 @@ class ZeroOptimizer:
         self.timings = StepTimings()
         self._synchronized = False
         self._units = _units(module) if stage == 3 else []
+        self._gathered: set[int] = set()
         if stage == 3:
             for unit in self._units:
                 _wrap_forward(unit, self)
@@ -128,6 +131,8 @@ class ZeroOptimizer:
         """Reduce-scatter the gradients: afterwards ``self.grad`` is this rank's shard of their average."""
         if self._synchronized:
             return
+        if self.stage == 3:
+            self._check_gathered()
         start = self.timings.mark()
         size = self.comm.Get_size()
         flat = pack(self.bucket)  # gradients (zeros where None) + presence flags, as DistributedOptimizer packs
@@ -197,8 +202,19 @@ class ZeroOptimizer:
         if self.comm.Get_size() > 1:
             ring.allgather_into(self.comm, buf, bounds)
         for p in self.bucket.params[first : last + 1]:
+            self._gathered.add(id(p))
             start = self.bucket.offsets[index[id(p)]] - a
             p.data = buf[start : start + p.data.size].reshape(p.data.shape)
+
+    def _check_gathered(self) -> None:
+        """Stage 3: a parameter with a gradient that no unit gathered was computed with from its placeholder."""
+        missed = [i for i, p in enumerate(self.params) if p.grad is not None and id(p) not in self._gathered]
+        self._gathered = set()
+        if missed:
+            raise RuntimeError(
+                f"ZeRO stage 3: parameters {missed[:5]} got gradients but were never gathered: the module that uses "
+                "them ran outside the units given (module=); pass the model as the units it runs"
+            )
 
     def release(self, params: list[Tensor]) -> None:
         """Stage 3: drop the gathered values (a zero-stride placeholder keeps each shape, holding nothing)."""
@@ -267,7 +283,13 @@ def _shard_optimizer(optimizer: Optimizer, bucket: Bucket, shard: np.ndarray, lo
 
 
 def _units(module: Module) -> list[Module]:
-    units = module.units() if hasattr(module, "units") else [module]
+    """Stage 3's units, each gathering its parameters around its forward: the children of a Sequential (a
+    model cut into units, as the trainer runs it), else every module that owns parameters itself (Linear,
+    Embedding, LSTM, Conv2d, BatchNorm), in registration order."""
+    if isinstance(module, Sequential):
+        units = list(module.children())
+    else:
+        units = [m for m in module.modules() if m._parameters]
     return [u for u in units if any(True for _ in u.parameters())]
 
 

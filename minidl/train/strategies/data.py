@@ -89,7 +89,7 @@ class ZeroParallel(DataParallel):
         reseed_per_rank(self.args.seed, self.ctx.rank)
         Strategy.build(self, task, model)
         self.stage = self.args.zero_stage or 1
-        self.opt = dist.ZeroOptimizer(self.base, stage=self.stage, module=model, comm=self.ctx.comm)
+        self.opt = dist.ZeroOptimizer(self.base, stage=self.stage, module=self.net, comm=self.ctx.comm)  # its units
         self.keep_timeline()
 
     def describe(self) -> list[str]:
