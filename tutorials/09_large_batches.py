@@ -37,11 +37,17 @@
 # images and epochs).
 
 # %%
+import os
+import subprocess
+import sys
+import tempfile
 
 import matplotlib.pyplot as plt
 import numpy as np
 
-from minidl import tutorial
+from minidl import amp, nn, tutorial
+from minidl.distributed import timeline
+from minidl.train import lm
 from minidl.train.batch_study import RECIPES, Setting, images, norm_study, rate, sweep
 
 QUICK = tutorial.quick()
@@ -118,3 +124,88 @@ fig, ax = plt.subplots(figsize=(4, 3))
 ax.bar(list(norms), [100 * r["accuracy"] for r in norms.values()], color=["tab:red", "tab:green"])
 ax.set(ylabel="test per-label accuracy %", title="batch norm, 2 images per rank, 16 ranks")
 tutorial.show(fig, "09_batch_norm_per_rank.png")
+
+# %% [markdown]
+# ## 4. Where the step's time goes: a timeline
+#
+# `--timeline FILE` writes a Chrome trace (open it in https://ui.perfetto.dev): on every rank the forward, the
+# backward, the update, and each gradient bucket's allreduce, here with `--overlap` on a communication thread
+# while the backward still runs. The same file, drawn with matplotlib: one row per rank and thread.
+
+# %%
+launcher = tutorial.mpiexec()
+trace = os.path.join(tempfile.mkdtemp(), "timeline.json")
+command = [launcher or "mpiexec", "-n", "2", sys.executable, "-m", "minidl.train", "lm", "--quick", "--parallel"]
+command += ["data", "--overlap", "--timeline", trace, "--max-steps", "5", "--log-every", "5"]
+if launcher is None:
+    print("no mpiexec here: this section needs one (pip install mpich, or the cluster's MPI); skipped")
+    events = []
+else:
+    env = dict(os.environ, MPLBACKEND="Agg", PYTHONPATH=str(tutorial.TUTORIALS.parent))
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tutorial.TUTORIALS.parent)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
+    events = timeline.load(trace)
+    print(f"{len(events)} spans from {len({e['pid'] for e in events})} ranks")
+
+# %%
+if events:
+    colours = {"forward": "tab:blue", "backward": "tab:orange", "allreduce": "tab:red", "update": "tab:green"}
+    colours |= {"clip": "tab:purple", "wait": "0.75"}  # wait: for the last bucket's allreduce (or the slowest rank)
+    rows = sorted({(e["pid"], e["tid"]) for e in events})
+    t0 = min(e["ts"] for e in events)
+    fig, ax = plt.subplots(figsize=(9, 0.6 + 0.5 * len(rows)))
+    for e in events:
+        kind = next((k for k in colours if k in e["name"]), "other")
+        y = rows.index((e["pid"], e["tid"]))
+        ax.broken_barh([((e["ts"] - t0) / 1e3, e["dur"] / 1e3)], (y - 0.4, 0.8), color=colours.get(kind, "k"))
+    ax.set_yticks(range(len(rows)), [f"rank {p} {'comm' if t else 'main'}" for p, t in rows])
+    ax.set(xlabel="ms since the first span", title="mpiexec -n 2 ... --overlap --timeline (5 steps)")
+    ax.legend(
+        handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in colours.values()],
+        labels=list(colours),
+        loc="upper left",
+        bbox_to_anchor=(1, 1),
+    )
+    tutorial.show(fig, "09_timeline.png")
+    busy = {k: sum(e["dur"] for e in events if k in e["name"]) / 1e3 for k in colours}
+    print("milliseconds in all, both ranks: " + ", ".join(f"{k} {v:.1f}" for k, v in busy.items()))
+
+# %% [markdown]
+# ## 5. Mixed precision, emulated on a CPU
+#
+# `minidl.amp` rounds every op's inputs, outputs and gradients to fp16 or bf16 inside `autocast` (NumPy has no
+# fast half-precision matmul: the numerics are emulated, no speed-up is claimed). fp16's smallest subnormal is
+# 6e-8: a gradient of 1e-8 becomes 0. Scaling the loss by S = 2^16 before backward lifts the gradients into
+# fp16's range; dividing by S before the update gives them back.
+
+
+# %%
+def tiny_gradient(scaler):
+    """A loss whose gradient is 1e-8 per weight, computed in fp16."""
+    w = nn.Parameter(np.ones(4, np.float32))
+    with amp.autocast("fp16"):
+        loss = (w * 1e-4).sum() * 1e-4
+    (scaler.scale(loss) if scaler else loss).backward()
+    if scaler:
+        scaler.unscale_([w])
+    return w.grad
+
+
+print("fp16, no scaling:      ", tiny_gradient(None))
+print("fp16, loss scale 2^16: ", tiny_gradient(amp.GradScaler()))
+
+# %% [markdown]
+# The LSTM language model trained the same number of steps in fp32, in fp16 with dynamic loss scaling (PyTorch
+# GradScaler's rules) and in bf16 (float32's range, 8 bits of precision: no scaling needed).
+
+# %%
+flags = ["--quick", "--max-steps", "150", "--log-every", "1000"] if QUICK else ["--epochs", "2", "--log-every", "1000"]
+ppl = {}
+for precision in ("fp32", "fp16", "bf16"):
+    extra = ["--loss-scale", "dynamic"] if precision == "fp16" else []
+    ppl[precision] = lm.main(flags + ["--precision", precision] + extra)["test_ppl"]
+for precision, value in ppl.items():
+    print(f"{precision}: test perplexity {value:.2f} ({100 * (value / ppl['fp32'] - 1):+.2f}% against fp32)")
+worst = max(abs(v / ppl["fp32"] - 1) for v in ppl.values())
+print(f"largest gap to fp32: {100 * worst:.2f}% ({'within' if worst < 0.05 else 'NOT within'} 5%)")
