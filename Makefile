@@ -72,8 +72,8 @@ bench: install
 	@echo "== benchmarks/scaling.py"; $(BIN)/python benchmarks/scaling.py
 	@echo "== benchmarks/parallel_schemes.py (mpiexec -n 3)"; $(MPIEXEC) -n 3 $(BIN)/python benchmarks/parallel_schemes.py
 
-# Type check: the autograd core (Tensor, the engine, the ops); MYPY_PATHS may name more.
-MYPY_PATHS ?= minidl/tensor.py minidl/autograd.py minidl/saved.py minidl/creation.py minidl/ops/ minidl/gradcheck.py
+# Type check: the autograd core (Tensor, the engine, the ops) and collectives/; MYPY_PATHS may name more.
+MYPY_PATHS ?= minidl/tensor.py minidl/autograd.py minidl/saved.py minidl/creation.py minidl/ops/ minidl/gradcheck.py collectives/
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .

@@ -17,6 +17,7 @@ import argparse
 import json
 import sys
 import time
+from typing import Any
 
 import numpy as np
 
@@ -89,7 +90,7 @@ def run(
             comm.Allreduce(x, out, op=MPI.SUM)
             return out
 
-        calls = {"mpi": mpi_call}
+        calls: dict[str, Any] = {"mpi": mpi_call}
         for name in algorithms:
             calls[name] = lambda name=name, x=x: collectives.allreduce(comm, x, algorithm=name, check=check)
         times, results = time_calls(comm, calls, reps)
@@ -224,7 +225,7 @@ def plot(rows: list[dict], path: str) -> None:
     fig.savefig(path, dpi=110)
 
 
-def main(argv: list[str] | None = None) -> list[dict]:
+def main(argv: list[str] | None = None) -> list[dict] | dict:
     from mpi4py import MPI
 
     parser = argparse.ArgumentParser(prog="python -m collectives.bench", description=__doc__.splitlines()[0])

@@ -83,7 +83,8 @@ def allreduce(comm: Any, x: Any, op: str = "sum", algorithm: str = "auto", check
     """The elementwise ``op`` of every rank's ``x``, a new array on every rank (ops: common.py).
 
     ``algorithm``: "auto" (chosen by the cost model), "naive", "tree", "ring", "recursive_doubling"
-    or "rabenseifner". ``x`` is never modified; every rank gets bitwise the same result. With
+    or "rabenseifner". ``x`` is never modified; every rank gets bitwise the same result. Integer sums
+    and products that overflow wrap round modulo 2^bits, as NumPy's and MPI's do (common.py). With
     ``check=False`` the agreement check on shape/dtype/op is skipped (only when you know they agree).
     """
     if check and type(x) is np.ndarray and x.flags.c_contiguous and algorithm in ("auto", "recursive_doubling"):

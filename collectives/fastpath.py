@@ -21,6 +21,7 @@ and only for native-order, C-contiguous arrays; anything else takes the general 
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import numpy as np
@@ -52,7 +53,9 @@ class Plan:
     )
 
     def __init__(self, comm: Any, x: np.ndarray, f: Any, op: str, peers: tuple[tuple[int, bool], ...]):
-        self.comm = comm  # the communicator the plan was made for (compared by identity: ids can be reused)
+        # the communicator the plan was made for, compared by identity (ids are reused); a weak reference,
+        # so that the cache never keeps a communicator (and a simulated world's message record) alive
+        self.comm = weakref.ref(comm)
         self.params = cost.get_params()  # the parameters under which "auto" chose recursive doubling
         self.head = header_bytes(x.shape, x.dtype, str(op), CALL)
         self.expected = self.head + AGREED  # how a message from ranks that agree begins
@@ -67,14 +70,14 @@ class Plan:
 
 
 _plans: dict[tuple, Plan] = {}
-_skip: set[tuple] = set()  # calls the fast path does not apply to
+_skip: set[tuple] = set()  # calls the fast path does not apply to (a stale entry costs only speed)
 
 
 def allreduce(comm: Any, x: np.ndarray, op: str, auto: bool) -> np.ndarray | None:
     """The checked short allreduce of a C-contiguous x by its plan; None where the fast path does not apply."""
     key = (id(comm), x.shape, x.dtype, op, auto)
     plan = _plans.get(key)
-    if plan is None or plan.comm is not comm or plan.params is not cost.get_params():
+    if plan is None or plan.comm() is not comm or plan.params is not cost.get_params():
         if key in _skip:
             return None
         plan = _make(comm, x, op, auto)

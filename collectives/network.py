@@ -180,6 +180,19 @@ class Cluster(Network):
     def fabric(self, p: int) -> Fabric:
         return _ClusterFabric(p, self)
 
+    def describe(self) -> str:
+        """One line: the link between nodes, the topology and its options, the nodes, gamma."""
+        options = "".join(f", {k} {v}" for k, v in sorted(self.options.items()))
+        inside = f"; {self.intra.name} within a node ({_speed(self.intra)})" if self.ranks_per_node > 1 else ""
+        return (
+            f"{self.link.name} ({_speed(self.link)}), {self.topology}{options}, {self.ranks_per_node} rank(s) per "
+            f"node{inside}; gamma {self.params.gamma * 1e9:.3g} ns/B"
+        )
+
+
+def _speed(link: Link) -> str:
+    return f"alpha {link.alpha * 1e6:.3g} us, {link.bandwidth / 1e9:.3g} GB/s"
+
 
 def get_link(name: str | Link) -> Link:
     if isinstance(name, Link):

@@ -126,7 +126,10 @@ class _Engine:
         other = self.unmatched.get((src, dst, tag, context, not send))
         if other:  # the first pending request of the other side: MPI's order
             match = other.popleft()
-            self.start(*((request, match) if send else (match, request)), now)
+            if send:
+                self.start(request, match, now)
+            else:
+                self.start(match, request, now)
         else:
             self.unmatched.setdefault((src, dst, tag, context, send), deque()).append(request)
         return request
@@ -172,6 +175,8 @@ class _Engine:
                 self.run(item, now)
             elif kind == 1:
                 self.complete(item, now)
+            elif flows is None:
+                raise AssertionError("a flow event on a network without contention")
             elif kind == 2:
                 flows.add(now, item)
             elif item == flows.version:  # kind 3: the next flow ends (unless the sharing changed since)

@@ -222,12 +222,12 @@ class _World:
             return
         clock = self.clock[rank] + 1
         for r in fresh:
-            if r.kind == "recv":
+            if r.kind == "recv" and r.message is not None:
                 clock = max(clock, r.message.step + 1)
         self.clock[rank] = clock
         for r in fresh:
             r.finished = True
-            if r.kind == "recv":
+            if r.kind == "recv" and r.message is not None:
                 r.message.arrival = clock
         for r in fresh:
             if r.error is not None:
@@ -256,7 +256,7 @@ class _World:
             elif self.waiting[rank] is None:
                 state = "running (not blocked in a communication call)"
             else:
-                pending = [r.describe() for r in self.waiting[rank] if not r.done]
+                pending = [r.describe() for r in self.waiting[rank] or () if not r.done]
                 state = "blocked in " + "; ".join(pending)
             lines.append(f"  rank {rank} (step {self.clock[rank]}): {state}")
         return "\n".join(lines)
@@ -460,7 +460,8 @@ def simulate(
         raise TimeoutError(reason)
     if failures:
         rank, exc = failures[0]
-        exc.add_note(f"(raised on simulated rank {rank} of {nprocs})")
+        if hasattr(exc, "add_note"):  # Python 3.11+
+            exc.add_note(f"(raised on simulated rank {rank} of {nprocs})")
         raise exc
     if world.abort_reason is not None:
         raise DeadlockError(world.abort_reason)

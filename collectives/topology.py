@@ -95,7 +95,7 @@ class Torus(Topology):
         self._route = functools.lru_cache(maxsize=1 << 16)(self._dimension_order)
 
     def coords(self, node: int) -> list[int]:
-        return list(np.unravel_index(node, self.dims))
+        return [int(i) for i in np.unravel_index(node, self.dims)]
 
     def _link(self, node: int, dim: int, up: bool) -> int:
         return 2 * self.nodes + (node * len(self.dims) + dim) * 2 + int(up)

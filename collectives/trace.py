@@ -224,7 +224,7 @@ def _allreduce(algorithm: str) -> Callable:
     def call(comm: TraceComm, x: np.ndarray, op: CountingOp, check: bool) -> Any:
         import collectives
 
-        return collectives.allreduce(comm, x, op, algorithm=algorithm, check=check)
+        return collectives.allreduce(comm, x, op, algorithm=algorithm, check=check)  # type: ignore[arg-type]
 
     return call
 
@@ -329,7 +329,8 @@ def trace_function(
     Use ``comm.op("sum")`` as the op. Without ``keep_check``, the agreement check's messages (tags
     CHECK_TAGS) are left out. Rank 0 is always traced first (the check's receives echo its messages).
     """
-    traces, echo = [], {}
+    traces: list = []
+    echo: dict = {}
     ranks = range(p) if ranks is None else list(ranks)
     if ranks and ranks[0] != 0:  # rank 0 first, for the check's echo (its own rows are not kept)
         fn(TraceComm(0, p, echo=echo))

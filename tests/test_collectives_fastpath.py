@@ -73,3 +73,14 @@ def test_fast_path_mismatches_raise_on_every_rank(p):
 
     res = collectives.simulate(p, fn)
     assert len(set(res)) == 1 and f"ranks [{p - 1}]" in res[0]
+
+
+def test_plans_do_not_keep_communicators_alive():
+    import gc
+    import weakref
+
+    fastpath._plans.clear()
+    refs = collectives.simulate(2, lambda comm: (collectives.allreduce(comm, np.ones(4)), weakref.ref(comm))[1])
+    assert len(fastpath._plans) == 2
+    gc.collect()
+    assert all(ref() is None for ref in refs)

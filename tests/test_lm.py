@@ -5,7 +5,7 @@ import pytest
 
 import minidl
 import minidl.nn.functional as F
-from minidl import optim
+from minidl import nn, optim
 from minidl.models import PRESETS, LSTMLanguageModel
 from minidl.random import manual_seed
 
@@ -126,3 +126,39 @@ def test_matches_torch_equivalent(rng):
     tgrads = {n: p.grad.numpy() for n, p in tmodel.named_parameters()}
     for name, p in model.named_parameters():
         np.testing.assert_allclose(p.grad, tgrads[name], atol=1e-12, err_msg=name)
+
+
+def test_units_chain_is_the_model_and_carries_the_state():
+    """Running LSTMLanguageModel.units() in order is forward: the same logits, dropout masks and gradients,
+    with the LSTM state carried inside the Recurrent units across windows (truncated BPTT)."""
+    from minidl.models.lm import Recurrent
+
+    rng = np.random.default_rng(0)
+    windows = [rng.integers(0, 13, size=(4, 3)) for _ in range(3)]
+
+    def run(chain: bool):
+        minidl.manual_seed(5)
+        model = LSTMLanguageModel(13, 6, num_layers=3, dropout=0.3, init_scale=0.3)
+        units = [u for _, u in model.units()]
+        net, state, outs = nn.Sequential(*units), None, []
+        for x in windows:
+            if chain:
+                for u in units:
+                    if isinstance(u, Recurrent):
+                        u.start_window()
+                logits = net(x)
+            else:
+                logits, state = model(x, None if state is None else model.detach_state(state))
+            logits.sum().backward()
+            outs.append(logits.data)
+        names = [n for n, _ in model.units()]
+        return outs, {k: p.grad for k, p in model.named_parameters()}, names, sorted(net.state_dict())
+
+    dense, chain = run(False), run(True)
+    for a, b in zip(dense[0], chain[0]):
+        np.testing.assert_array_equal(a, b)
+    for k in dense[1]:
+        np.testing.assert_array_equal(dense[1][k], chain[1][k], err_msg=k)
+    assert chain[2] == [""] * 5  # the units hold the model's own names
+    model = LSTMLanguageModel(13, 6, num_layers=3)
+    assert sorted(k.split(".", 1)[1] for k in chain[3]) == sorted(model.state_dict())

@@ -213,7 +213,7 @@ def test_init_ranges():
 
 def test_bad_inputs_name_the_problem(rng):
     lstm = nn.LSTM(3, 4, num_layers=2)
-    with pytest.raises(ValueError, match=r"\[T, B, I\] with I=3"):
+    with pytest.raises(ValueError, match=r"\[T, B, I\] or unbatched \[T, I\] with I=3"):
         lstm(minidl.tensor(np.zeros((5, 2, 7), np.float32)))
     with pytest.raises(ValueError, match="initial h must have shape"):
         lstm(minidl.tensor(np.zeros((5, 2, 3), np.float32)), (np.zeros((1, 2, 4)), np.zeros((2, 2, 4))))
@@ -227,3 +227,7 @@ def test_bad_inputs_name_the_problem(rng):
         nn.LSTMCell(3, 4)(minidl.tensor(np.zeros((2, 5), np.float32)))
     with pytest.raises(ValueError, match="dropout"):
         nn.LSTM(3, 4, dropout=1.0)
+    with pytest.raises(NotImplementedError, match="not supported: proj_size=2"):
+        nn.LSTM(3, 4, proj_size=2)
+    with pytest.raises(ValueError, match=r"initial h must have shape \(4, 2, 4\)"):  # [L*D, B, H]
+        nn.LSTM(3, 4, num_layers=2, bidirectional=True)(np.zeros((5, 2, 3)), (np.zeros((2, 2, 4)),) * 2)

@@ -32,16 +32,17 @@ def test_load_state_dict_reaches_the_layers_and_deepcopy_keeps_them_shared(rng):
     assert twin.layers[0].weight_ih_l0 is twin.weight_ih_l0 and twin.weight_ih_l0 is not lstm.weight_ih_l0
 
 
-@pytest.mark.parametrize("dropout", [0.0, 0.4])
-def test_layers_run_one_after_another_equal_the_stack(rng, dropout):
+@pytest.mark.parametrize("dropout, bidirectional", [(0.0, False), (0.4, False), (0.4, True)])
+def test_layers_run_one_after_another_equal_the_stack(rng, dropout, bidirectional):
     """Cutting the LSTM between layers (as layer-wise and pipeline parallelism do) changes nothing:
     outputs, final states and every gradient agree, dropout masks included (same seed)."""
     minidl.set_default_dtype(np.float64)
     T, B, I, H, L = 5, 3, 4, 6, 3
-    lstm = nn.LSTM(I, H, num_layers=L, dropout=dropout)
+    D = 2 if bidirectional else 1
+    lstm = nn.LSTM(I, H, num_layers=L, dropout=dropout, bidirectional=bidirectional)
     x = minidl.tensor(rng.standard_normal((T, B, I)), requires_grad=True)
-    h0, c0 = (minidl.tensor(rng.standard_normal((L, B, H))) for _ in range(2))
-    r = rng.standard_normal((T, B, H))
+    h0, c0 = (minidl.tensor(rng.standard_normal((L * D, B, H))) for _ in range(2))
+    r = rng.standard_normal((T, B, D * H))
 
     manual_seed(1)
     out, (h, c) = lstm(x, (h0, c0))
@@ -55,7 +56,7 @@ def test_layers_run_one_after_another_equal_the_stack(rng, dropout):
     for k, layer in enumerate(lstm.layers):
         layer.train()
         layer.dropout = dropout if k > 0 else 0.0
-        y, (hk, ck) = layer(y, (h0[k : k + 1], c0[k : k + 1]))
+        y, (hk, ck) = layer(y, (h0[k * D : (k + 1) * D], c0[k * D : (k + 1) * D]))
         hs.append(hk)
         cs.append(ck)
     h_cut, c_cut = minidl.ops.Concatenate.apply(*hs, axis=0), minidl.ops.Concatenate.apply(*cs, axis=0)

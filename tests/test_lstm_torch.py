@@ -106,3 +106,91 @@ def test_no_bias_matches_torch(rng):
     out, _ = lstm(minidl.tensor(x))
     tout, _ = tlstm(torch.from_numpy(x))
     np.testing.assert_allclose(out.data, tout.detach().numpy(), atol=1e-12)
+
+
+def _run_both(lstm, tlstm, x, state, rng):
+    """Forward and backward of both on the same input/state (float64); returns ours and theirs, each
+    (out, h_n, c_n, grads of x, h0, c0, grads of every parameter by name)."""
+    mx, th = _mt(x), _tt(x)
+    m_state = None if state is None else tuple(_mt(s) for s in state)
+    t_state = None if state is None else tuple(_tt(s) for s in state)
+    results = []
+    for module, inp, st, wrap in ((lstm, mx, m_state, minidl.tensor), (tlstm, th, t_state, torch.from_numpy)):
+        out, (h, c) = module(inp, st)
+        r = [np.random.default_rng(1).standard_normal(tuple(a.shape)) for a in (out, h, c)]
+        ((out * wrap(r[0])).sum() + (h * wrap(r[1])).sum() + (c * wrap(r[2])).sum()).backward()
+        leaves = [inp] + ([] if st is None else list(st))
+        grads = [np.asarray(g.grad if isinstance(g.grad, np.ndarray) else g.grad.numpy()) for g in leaves]
+        pgrads = {
+            n: np.asarray(p.grad if isinstance(p.grad, np.ndarray) else p.grad.numpy())
+            for n, p in module.named_parameters()
+        }
+        vals = [np.asarray(a.data if isinstance(a, minidl.Tensor) else a.detach().numpy()) for a in (out, h, c)]
+        results.append((vals, grads, pgrads))
+    return results
+
+
+@pytest.mark.parametrize("num_layers, batch_first, with_state", [(1, False, False), (2, False, True), (3, True, True)])
+def test_bidirectional_matches_torch(rng, num_layers, batch_first, with_state):
+    """bidirectional=True: PyTorch's names (weight_ih_l0_reverse, ...), output [T, B, 2H], h/c [2L, B, H]."""
+    minidl.set_default_dtype(np.float64)
+    T, B, I, H = 5, 3, 4, 3
+    lstm = nn.LSTM(I, H, num_layers=num_layers, batch_first=batch_first, bidirectional=True)
+    tlstm = torch.nn.LSTM(I, H, num_layers=num_layers, batch_first=batch_first, bidirectional=True).double()
+    assert list(lstm.state_dict()) == list(tlstm.state_dict())
+    tlstm.load_state_dict(_to_torch_state(lstm), strict=True)
+    x = rng.standard_normal((B, T, I) if batch_first else (T, B, I))
+    state = tuple(rng.standard_normal((2 * num_layers, B, H)) for _ in range(2)) if with_state else None
+    (ours, our_grads, our_p), (theirs, their_grads, their_p) = _run_both(lstm, tlstm, x, state, rng)
+    assert ours[0].shape == ((B, T, 2 * H) if batch_first else (T, B, 2 * H)) and ours[1].shape == (
+        2 * num_layers,
+        B,
+        H,
+    )
+    for a, b in zip(ours + our_grads, theirs + their_grads):
+        np.testing.assert_allclose(a, b, atol=1e-12)
+    for name, g in their_p.items():
+        np.testing.assert_allclose(our_p[name], g, atol=1e-12, err_msg=name)
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_unbatched_input_matches_torch(rng, bidirectional):
+    """x [T, I] (no batch axis), state [L*D, H]: as PyTorch, batch_first does not apply."""
+    minidl.set_default_dtype(np.float64)
+    T, I, H, L = 6, 4, 3, 2
+    D = 2 if bidirectional else 1
+    lstm = nn.LSTM(I, H, num_layers=L, bidirectional=bidirectional, batch_first=True)
+    tlstm = torch.nn.LSTM(I, H, num_layers=L, bidirectional=bidirectional, batch_first=True).double()
+    tlstm.load_state_dict(_to_torch_state(lstm), strict=True)
+    state = tuple(rng.standard_normal((L * D, H)) for _ in range(2))
+    (ours, our_grads, our_p), (theirs, their_grads, their_p) = _run_both(
+        lstm, tlstm, rng.standard_normal((T, I)), state, rng
+    )
+    assert ours[0].shape == (T, D * H) and ours[1].shape == (L * D, H)
+    for a, b in zip(ours + our_grads, theirs + their_grads):
+        np.testing.assert_allclose(a, b, atol=1e-12)
+    for name, g in their_p.items():
+        np.testing.assert_allclose(our_p[name], g, atol=1e-12, err_msg=name)
+
+
+def test_bidirectional_weights_load_from_torch(rng):
+    tlstm = torch.nn.LSTM(3, 2, num_layers=2, bidirectional=True)
+    lstm = nn.LSTM(3, 2, num_layers=2, bidirectional=True)
+    lstm.load_state_dict(_from_torch_state(tlstm))
+    x = rng.standard_normal((4, 2, 3)).astype(np.float32)
+    out, _ = lstm(minidl.tensor(x))
+    np.testing.assert_allclose(out.data, tlstm(torch.from_numpy(x))[0].detach().numpy(), atol=1e-6)
+
+
+def test_lstmcell_unbatched_and_dtype_match_torch(rng):
+    cell = nn.LSTMCell(4, 3, dtype=np.float64)
+    assert all(p.dtype == np.float64 for p in cell.parameters())
+    tcell = torch.nn.LSTMCell(4, 3, dtype=torch.float64)
+    tcell.load_state_dict(_to_torch_state(cell), strict=True)
+    x, h, c = rng.standard_normal(4), rng.standard_normal(3), rng.standard_normal(3)
+    ours = cell(minidl.tensor(x), (minidl.tensor(h), minidl.tensor(c)))
+    theirs = tcell(torch.tensor(x), (torch.tensor(h), torch.tensor(c)))
+    for a, b in zip(ours, theirs):
+        assert a.shape == (3,)
+        np.testing.assert_allclose(a.data, b.detach().numpy(), atol=1e-12)
+    assert nn.LSTM(2, 3, dtype=np.float64).weight_ih_l0.dtype == np.float64

@@ -23,7 +23,7 @@ from minidl.distributed.counting import CountingComm
 from minidl.distributed.model_parallel import layerwise as mp
 from minidl.distributed.model_parallel import p2p
 from minidl.gradcheck import numerical_grad
-from minidl.models.lm import LSTMLanguageModel
+from minidl.models.lm import LSTMLanguageModel, Recurrent
 
 STEPS = 3
 RTOL = 1e-8
@@ -106,19 +106,23 @@ def train_lm_dense(layers: int = 2, steps: int = STEPS, max_norm: float = 0.1) -
 
 
 def train_lm(comm, layers: int = 2, steps: int = STEPS, max_norm: float = 0.1) -> tuple[dict | None, int]:
-    """Truncated BPTT on the split LM with global-norm clipping; (gathered state on rank 0, bytes sent)."""
+    """Truncated BPTT on the LM's units split over the ranks, with global-norm clipping; (gathered state on
+    rank 0 under the model's own names, bytes sent)."""
     counting = CountingComm(comm)
-    stage = mp.LMStage(make_lm(layers), counting)
+    units = make_lm(layers).units()
+    stage = mp.SequentialStage(units, counting)
     opt = optim.SGD(stage.parameters(), lr=0.7)
-    state = None
     for x, y in lm_batches(steps):
-        out, state = stage(x, stage.detach_state(state))
+        for _, unit in units:
+            if isinstance(unit, Recurrent):
+                unit.start_window()  # the LSTM states go on to the next window, their history does not
+        out = stage(x if stage.is_first else None)
         opt.zero_grad()
         (F.cross_entropy(out, y.reshape(-1)) if stage.is_last else out).backward()
         mp.clip_grad_norm_split(stage.parameters(), max_norm, comm)
         opt.step()
     counted = counting.bytes_sent
-    return mp.gather_state_dict(stage, comm=comm), counted
+    return mp.gather_state_dict(stage, comm=comm, names=[n for n, _ in units]), counted
 
 
 # ----------------------------------------------------------------------------- partition
@@ -358,9 +362,9 @@ def test_lm_stage_bytes_per_step():
 # ----------------------------------------------------------------------------- misuse
 def test_too_many_ranks_for_the_layers():
     def fn(comm):
-        mp.LMStage(make_lm(1), comm)
+        mp.SequentialStage(make_lm(1).units(), comm)  # 3 units: embedding, one LSTM layer, decoder
 
-    with pytest.raises(ValueError, match="only 3 units"):
+    with pytest.raises(ValueError, match="3 layers into 4 non-empty stages"):
         collectives.simulate(4, fn)
 
     def fn2(comm):
@@ -377,7 +381,7 @@ def test_first_stage_needs_input_and_types_are_checked():
             stage()
         with pytest.raises(TypeError, match="nn.Sequential"):
             mp.SequentialStage(nn.Linear(2, 2), comm)
-        lm = mp.LMStage(make_lm(1), comm)
+        lm = mp.SequentialStage(make_lm(1).units(), comm)
         with pytest.raises(ValueError, match="integer token ids"):
             lm(np.zeros((2, 2)))
         return True
@@ -387,10 +391,10 @@ def test_first_stage_needs_input_and_types_are_checked():
 
 def test_eval_forward_under_no_grad_sends_no_gradients():
     def fn(comm):
-        stage = mp.LMStage(make_lm(2), comm)
+        stage = mp.SequentialStage(make_lm(2).units(), comm)
         stage.eval()
         with minidl.no_grad():
-            out, _ = stage(lm_batches(1)[0][0])
+            out = stage(lm_batches(1)[0][0] if stage.is_first else None)
         return out.shape if stage.is_last else None
 
     model = make_lm(2)
@@ -400,7 +404,7 @@ def test_eval_forward_under_no_grad_sends_no_gradients():
 
 
 def test_lm_stage_places_dropout_where_the_dense_model_does():
-    """On one rank the stage draws the same dropout masks in the same order as the dense model, so
+    """On one rank the stage of the LM's units draws the same dropout masks in the same order as the dense model, so
     training-mode outputs and gradients agree exactly (embedding, between LSTM layers, before the decoder)."""
     x, y = lm_batches(1)[0]
 
@@ -413,10 +417,11 @@ def test_lm_stage_places_dropout_where_the_dense_model_does():
 
     def split(comm):
         minidl.manual_seed(3)
-        stage = mp.LMStage(LSTMLanguageModel(13, 6, num_layers=3, dropout=0.4, init_scale=0.3), comm)
-        logits, _ = stage(x)
+        units = LSTMLanguageModel(13, 6, num_layers=3, dropout=0.4, init_scale=0.3).units()
+        stage = mp.SequentialStage(units, comm)
+        logits = stage(x)
         F.cross_entropy(logits, y.reshape(-1)).backward()
-        return logits.data, {k: p.grad for k, p in stage.named_parameters()}
+        return logits.data, mp.dense_names({k: p.grad for k, p in stage.named_parameters()}, [n for n, _ in units])
 
     want_out, want_grads = dense()
     got_out, got_grads = collectives.simulate(1, split)[0]

@@ -154,3 +154,9 @@ def test_load_params_refuses_bad_files(tmp_path):
         from collectives import calibrate
 
         calibrate.parse_args(["--repeats", "0"])
+
+
+def test_describe_says_what_model_was_used():
+    text = get_network("10gbe", ranks_per_node=4, topology="fattree", oversubscription=4).describe()
+    assert "10GbE (alpha 12 us, 1.18 GB/s), fattree, oversubscription 4, 4 rank(s) per node" in text
+    assert "shared memory within a node" in text and "gamma" in text

@@ -52,10 +52,30 @@ def test_no_tutorial_uses_its_own_file_path():
         assert "__file__" not in script.read_text().replace("collectives.__file__", ""), script.name
 
 
+def training_command(script: str) -> list[str]:
+    """The flags after ``python -m minidl.train`` in a batch script, its shell variables given sample values."""
+    text = (ROOT / script).read_text().replace("\\\n", " ")
+    line = next(line for line in text.splitlines() if "python -m minidl.train" in line)
+    flags = line.split("python -m minidl.train", 1)[1]
+    for variable, value in {
+        '"${DATA_FLAGS[@]}"': "",
+        "$SLURM_JOB_ID": "123",
+        "${PBS_JOBID:-0}": "123",
+    }.items():
+        flags = flags.replace(variable, value)
+    return flags.replace('"', "").split()
+
+
 @pytest.mark.parametrize("script", ["examples/slurm/train_lm.sbatch", "examples/pbs/train_lm.pbs"])
-def test_cluster_scripts_parse(script):
+def test_cluster_scripts_parse_and_their_flags_are_accepted(script, tmp_path):
     subprocess.run(["bash", "-n", str(ROOT / script)], check=True)
-    assert "python -m minidl.train lm" in (ROOT / script).read_text()
+    flags = training_command(script)
+    assert flags[:3] == ["lm", "--parallel", "data"]
+    done = subprocess.run(
+        [sys.executable, "-m", "minidl.train", *flags, "--print-config"], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    assert '"preset": "small"' in done.stdout
 
 
 def test_train_entry_point_prints_usage_without_a_program():

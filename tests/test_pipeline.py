@@ -248,7 +248,8 @@ def test_events_are_recorded_and_gathered(tmp_path):
     by = {(e.stage, e.micro, e.kind): e for e in gathered}
     for s in range(1, p):
         for i in range(m):  # a stage's forward starts after the previous stage's ended (message in between)
-            assert by[(s, i, FORWARD)].start >= by[(s - 1, i, FORWARD)].end - 1e-3  # clocks aligned by a barrier
+            # clocks aligned by a barrier: the ranks leave it within a few ms of each other on a busy machine
+            assert by[(s, i, FORWARD)].start >= by[(s - 1, i, FORWARD)].end - 2e-2
     assert 0 <= bubble_fraction(gathered) < 1
     plot_schedule(gathered, str(tmp_path / "schedule.png"), title="1F1B")
     assert (tmp_path / "schedule.png").stat().st_size > 1000

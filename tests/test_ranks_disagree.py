@@ -389,3 +389,35 @@ def test_2_3_4_zero_compares_the_layout_too(stage):
     results = on_every_rank(2, fn)
     assert all(kind == "MismatchError" for kind, _ in results), results
     assert "ZeroOptimizer" in results[0][1] and "parameter 0" in results[0][1]
+
+
+def test_5_fp16_overflow_skips_the_update_when_asked():
+    def fn(comm):
+        dist.init(comm)
+        p = nn.Parameter(np.zeros(3, np.float32))
+        opt = dist.DistributedOptimizer(optim.SGD([p], lr=1.0), compression="fp16", overflow="skip")
+        p.grad = np.full(3, 60000.0 * (comm.Get_rank() + 1), np.float32)
+        opt.step()
+        p.grad = np.ones(3, np.float32)
+        opt.step()
+        return p.data.copy(), opt.skipped
+
+    for data, skipped in collectives.simulate(2, fn):
+        assert skipped == 1
+        np.testing.assert_array_equal(data, -1.0)  # the overflowed update skipped, the next one applied
+
+
+def test_1_a_worker_that_vanishes_times_out_the_parameter_server():
+    def fn(comm):
+        comm = dist.init(comm, timeout=TIMEOUT)  # the TimeoutComm
+        model = TwoWeights(swap=False)
+        if dist.is_server(comm, 1):
+            dist.ParameterServer(model, lambda ps: optim.SGD(ps, lr=0.1), comm, 1, asynchronous=True).serve()
+        elif comm.Get_rank() == 1:
+            dist.PSWorker(model, comm, 1, asynchronous=True).close()
+        else:
+            dist.PSWorker(model, comm, 1, asynchronous=True)  # returns without close(): as if it died
+
+    results = on_every_rank(3, fn)
+    kind, message = results[0]
+    assert kind == "CommTimeoutError" and "ParameterServer.serve" in message, results

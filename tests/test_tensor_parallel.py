@@ -21,6 +21,7 @@ from minidl.distributed.counting import CountingComm
 from minidl.distributed.model_parallel import layerwise as mp
 from minidl.distributed.model_parallel import tensor_parallel as tp
 from minidl.gradcheck import numerical_grad
+from minidl.models.lm import Recurrent
 
 STEPS = 3
 RTOL = 1e-8
@@ -86,18 +87,25 @@ def train_mlp(comm, steps: int = STEPS, gather_head: bool = True) -> tuple[list[
 
 
 def train_lm(comm, layers: int = 2, steps: int = STEPS, max_norm: float = 0.1) -> dict:
-    """The LM of tests/test_model_parallel.py with its decoder split by vocabulary (compare with its
-    ``train_lm_dense``): the dense state dict on every rank."""
-    model = tp.TensorParallelLM(make_lm(layers), comm)
-    opt = optim.SGD(model.parameters(), lr=0.7)
-    state = None
+    """The LM of tests/test_model_parallel.py with its decoder (the last unit's Linear) split by vocabulary and
+    the vocabulary-parallel loss (compare with its ``train_lm_dense``): the dense state dict on every rank."""
+    units, decoder, name = tp.shard_last_unit(make_lm(layers).units(), False, comm)
+    net = nn.Sequential(*(u for _, u in units))
+    own = list(decoder.parameters())
+    replicated = [p for p in net.parameters() if all(p is not q for q in own)]
+    opt = optim.SGD(net.parameters(), lr=0.7)
     for x, y in lm_batches(steps):
-        logits, state = model(x, None if state is None else model.detach_state(state))
+        for _, unit in units:
+            if isinstance(unit, Recurrent):
+                unit.start_window()
+        logits = net(x)
         opt.zero_grad()
-        model.loss(logits, y).backward()
-        mp.clip_grad_norm_split(model.sharded_parameters(), max_norm, comm, model.replicated_parameters())
+        tp.vocab_parallel_cross_entropy(logits, y.reshape(-1), decoder.out_range.start, comm).backward()
+        mp.clip_grad_norm_split(own, max_norm, comm, replicated)
         opt.step()
-    return model.dense_state_dict()
+    state = mp.dense_names(net.state_dict(), [n for n, _ in units])
+    state[f"{name}.weight"], state[f"{name}.bias"] = tp.gather_linear(decoder)
+    return state
 
 
 # ----------------------------------------------------------------------------- shards

@@ -211,21 +211,31 @@ minidl.set_default_dtype(np.float32)
 # context; a larger rate (with clipping to keep it stable) shortens that plateau.
 
 # %%
-result = lm.main(["--preset", "quick" if QUICK else "demo"])
+log_path = tutorial.out_dir() / "03_lm_log.jsonl"  # --log-json: one JSON line per progress step and evaluation
+result = lm.main(["--preset", "quick" if QUICK else "demo", "--log-json", str(log_path)])
 print(
     f"test perplexity {result['test_ppl']:.2f}, optimum {result['optimal_ppl']:.2f} "
     f"(gap {100 * result['gap']:.1f}%), unigram {result['unigram_ppl']:.1f}"
 )
 
+# %% [markdown]
+# The curves below are drawn from that log, as a student would plot their own runs: `--log-json FILE`
+# writes one JSON object per progress line (`"kind": "train"`: step, epoch, lr, loss, ppl, words/s and, in
+# parallel runs, compute/wait/communication seconds) and one per evaluation (`"kind": "eval"`, the split).
+
 # %%
+import json  # noqa: E402
+
 import matplotlib.pyplot as plt  # noqa: E402
 
-steps_per_epoch = result["steps"] / max(len(result["history"]["valid"]), 1)
+records = [json.loads(line) for line in log_path.read_text().splitlines()]
+train = [(r["step"], r["ppl"]) for r in records if r["kind"] == "train"]
+valid = [(r["step"], r["ppl"]) for r in records if r["kind"] == "eval" and r["split"] == "valid"]
+print(f"{len(records)} records in {log_path.name}; the first: {records[0]}")
+steps_per_epoch = result["steps"] / max(len(valid), 1)
 fig, ax = plt.subplots(figsize=(7, 4))
-train = np.array(result["history"]["train"])
-valid = np.array(result["history"]["valid"])
-ax.plot(train[:, 0] / steps_per_epoch, train[:, 1], label="training (running)")
-ax.plot(valid[:, 0], valid[:, 1], "o-", label="validation (end of epoch)")
+ax.plot([s / steps_per_epoch for s, _ in train], [p for _, p in train], label="training (running)")
+ax.plot([s / steps_per_epoch for s, _ in valid], [p for _, p in valid], "o-", label="validation (end of epoch)")
 ax.axhline(result["optimal_ppl"], color="k", ls="--", label=f"optimum {result['optimal_ppl']:.1f}")
 ax.axhline(result["unigram_ppl"], color="gray", ls=":", label=f"unigram {result['unigram_ppl']:.0f}")
 ax.set_yscale("log")

@@ -396,9 +396,9 @@ for schedule in ("gpipe", "1f1b"):
 #
 # `tests/mpi/test_pipeline_mpi.py` checks exactly this against one process at 2 to 5 ranks (and a 2 x 2
 # grid at 4). The LSTM language model trains this way with
-# `mpiexec -n 3 python -m minidl.train.pipeline --quick --schedule 1f1b --micro-batches 4` (every flag of
-# `python -m minidl.train lm`, plus `--pipeline-stages PP` for dp x pp); it prints the last step's measured
-# bubble against the formula and the micro-batches each stage held.
+# `mpiexec -n 3 python -m minidl.train lm --parallel pipeline --quick --schedule 1f1b --micro-batches 4` (plus
+# `--pipeline-stages PP` for dp x pp): the model's `units()` cut into stages; it prints the last training step's
+# measured bubble against the formula and the micro-batches each stage held.
 #
 # Further reading: Huang et al. (2019), GPipe; Narayanan et al. (2021), Efficient large-scale language model
 # training on GPU clusters (PipeDream-Flush / 1F1B); Shoeybi et al. (2019), Megatron-LM; Ben-Nun & Hoefler

@@ -13,6 +13,7 @@ initial state of the next (``detach_state``).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -180,5 +181,78 @@ class LSTMLanguageModel(Module):
         out = self.drop(out).reshape(T * B, self.hidden_size)
         return self.decoder(out), state
 
+    def units(self) -> list[tuple[str, Module]]:
+        """The model as a chain of (name, unit): [embedding, LSTM layer 0, ..., LSTM layer L-1, decoder].
+
+        Running the units in order is ``forward`` (the same dropout masks, drawn in the same order), with
+        the LSTM state kept inside each ``Recurrent`` unit instead of passed around. Model, pipeline and
+        tensor parallelism cut this list; each unit's parameter names are the model's (name "" adds none).
+        """
+        layers = [("", Recurrent(layer)) for layer in self.lstm.layers]  # dropout between them: in each layer
+        return [("", Embed(self.embedding, self.drop)), *layers, ("", Decode(self.drop, self.decoder))]
+
     def extra_repr(self) -> str:
         return f"vocab_size={self.vocab_size}, hidden_size={self.hidden_size}, num_layers={self.num_layers}"
+
+
+class Embed(Module):
+    """Unit 0 of ``LSTMLanguageModel.units()``: token ids [T, B] -> dropout(embedding) [T, B, E]."""
+
+    def __init__(self, embedding: Embedding, drop: Dropout):
+        super().__init__()
+        self.embedding, self.drop = embedding, drop
+
+    def forward(self, x: Any) -> Tensor:
+        tokens = np.asarray(x.data if isinstance(x, Tensor) else x)
+        if tokens.ndim != 2 or tokens.dtype.kind not in "iu":
+            raise ValueError(
+                f"Embed: input must be integer token ids [T, B], got shape {tokens.shape} and dtype {tokens.dtype}"
+            )
+        return self.drop(self.embedding(tokens))
+
+
+class Decode(Module):
+    """The last unit: h [T, B, H] -> logits [T*B, V] = decoder(dropout(h))."""
+
+    def __init__(self, drop: Dropout, decoder: Linear):
+        super().__init__()
+        self.drop, self.decoder = drop, decoder
+
+    def forward(self, h: Tensor) -> Tensor:
+        return self.decoder(self.drop(h).reshape(h.shape[0] * h.shape[1], h.shape[2]))
+
+
+class Recurrent(Module):
+    """One LSTM layer as a unit: h [T, B, I] -> [T, B, H], carrying its (h, c) from call to call.
+
+    Truncated BPTT inside the unit: ``start_window()`` keeps the states and drops their history,
+    ``restart_window()`` goes back to the window's start (to run it again), ``reset(slots)`` forgets them.
+    A pipeline runs ``slots`` = m micro-batches of streams per window, call k of a window on slot k mod m.
+    """
+
+    def __init__(self, layer: Any):
+        super().__init__()
+        self.lstm, self.hidden_size = layer, layer.hidden_size  # parameters lstm.weight_ih_l{k}, ...: the model's
+        self.reset()
+
+    def reset(self, slots: int | None = None) -> None:
+        self.slots = slots or getattr(self, "slots", 1)
+        self.states: list[State | None] = [None] * self.slots
+        self.begin, self.calls = list(self.states), 0
+
+    def start_window(self) -> None:
+        self.states = [None if s is None else (s[0].detach(), s[1].detach()) for s in self.states]
+        self.begin, self.calls = list(self.states), 0
+
+    def restart_window(self) -> None:
+        self.states, self.calls = list(self.begin), 0
+
+    def forward(self, h: Tensor) -> Tensor:
+        k, self.calls = self.calls % self.slots, self.calls + 1
+        if self.states[k] is None:
+            zeros = tensor(np.zeros((h.shape[1], self.hidden_size), h.dtype))
+            self.states[k] = (zeros, zeros)
+        h0, c0 = self.states[k]
+        out, (h_n,), (c_n,) = self.lstm.run(h, [h0], [c0])  # one direction: one state in, one out
+        self.states[k] = (h_n, c_n)
+        return out

@@ -53,14 +53,35 @@ def embedding(indices, weight: Tensor, padding_idx: int | None = None) -> Tensor
     return EmbeddingFunction.apply(weight, indices=indices, padding_idx=padding_idx)
 
 
+def _unsupported(max_norm: float | None, scale_grad_by_freq: bool, sparse: bool) -> None:
+    for name, value, default in (("max_norm", max_norm, None), ("scale_grad_by_freq", scale_grad_by_freq, False)):
+        if value != default:
+            raise NotImplementedError(f"Embedding: not supported: {name}={value!r}")
+    if sparse:  # the gradient is a dense array whose looked-up rows only are written (see EmbeddingFunction)
+        raise NotImplementedError("Embedding: not supported: sparse=True (sparse gradient tensors)")
+
+
 class Embedding(Module):
     """Embedding(num_embeddings, embedding_dim, padding_idx=None); weight ~ N(0, 1) as PyTorch.
 
-    With ``padding_idx``, that row starts at zero and never receives a gradient.
+    With ``padding_idx``, that row starts at zero and never receives a gradient. ``max_norm``,
+    ``scale_grad_by_freq`` and ``sparse`` are not supported (an error says so).
     """
 
-    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None, dtype=None):
+    def __init__(
+        self,
+        num_embeddings: int,
+        embedding_dim: int,
+        padding_idx: int | None = None,
+        max_norm: float | None = None,
+        norm_type: float = 2.0,
+        scale_grad_by_freq: bool = False,
+        sparse: bool = False,
+        dtype=None,
+        _weight: np.ndarray | None = None,
+    ):
         super().__init__()
+        _unsupported(max_norm, scale_grad_by_freq, sparse)
         if num_embeddings < 1 or embedding_dim < 1:
             raise ValueError(f"Embedding: sizes must be >= 1, got {num_embeddings}, {embedding_dim}")
         if padding_idx is not None:
@@ -68,8 +89,33 @@ class Embedding(Module):
                 raise ValueError(f"Embedding: padding_idx {padding_idx} out of range for {num_embeddings} rows")
             padding_idx %= num_embeddings
         self.num_embeddings, self.embedding_dim, self.padding_idx = num_embeddings, embedding_dim, padding_idx
-        self.weight = Parameter(np.empty((num_embeddings, embedding_dim), dtype=dtype or get_default_dtype()))
-        self.reset_parameters()
+        if _weight is None:
+            self.weight = Parameter(np.empty((num_embeddings, embedding_dim), dtype=dtype or get_default_dtype()))
+            self.reset_parameters()
+        else:  # from_pretrained: the given rows, no random draw (as PyTorch's _weight)
+            self.weight = Parameter(_weight)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        embeddings,
+        freeze: bool = True,
+        padding_idx: int | None = None,
+        max_norm: float | None = None,
+        norm_type: float = 2.0,
+        scale_grad_by_freq: bool = False,
+        sparse: bool = False,
+    ) -> Embedding:
+        """An Embedding holding a copy of ``embeddings`` [num, dim] (its dtype kept; padding row kept as given,
+        as PyTorch); ``freeze`` (the default) turns off its gradient, so optimizers leave it as it is."""
+        w = np.asarray(embeddings.data if isinstance(embeddings, Tensor) else embeddings)
+        if w.ndim != 2 or w.dtype.kind != "f":
+            raise ValueError(
+                f"Embedding.from_pretrained: embeddings must be a 2-D float array, got {w.shape} {w.dtype}"
+            )
+        emb = cls(w.shape[0], w.shape[1], padding_idx, max_norm, norm_type, scale_grad_by_freq, sparse, _weight=w)
+        emb.weight.requires_grad = not freeze
+        return emb
 
     def reset_parameters(self) -> None:
         init.normal_(self.weight)

@@ -92,6 +92,18 @@ class ResNet(Module):
                 if isinstance(m, BasicBlock) and getattr(m.bn2, "weight", None) is not None:
                     zeros_(m.bn2.weight)
 
+    def units(self) -> list[tuple[str, Module]]:
+        """The network as a chain of (name, unit): stem conv, bn, relu, each block, pool, flatten, fc. Running
+        the units in order is ``forward``; model, pipeline and tensor parallelism cut this list, and a unit's
+        parameter ``k`` is the ResNet's ``name.k``."""
+        blocks = [
+            (f"layer{s + 1}.{k}", b)
+            for s in range(self.num_stages)
+            for k, b in enumerate(getattr(self, f"layer{s + 1}"))
+        ]
+        names = ["conv1", "bn1", "relu", "*", "avgpool", "flatten", "fc"]
+        return [u for n in names for u in (blocks if n == "*" else [(n, getattr(self, n))])]
+
     def forward(self, x: Tensor) -> Tensor:
         x = self.relu(self.bn1(self.conv1(x)))
         for s in range(self.num_stages):

@@ -143,11 +143,10 @@ class CrossEntropy(Function):
         t = np.where(keep, t, 0)
         wt = keep.astype(x.dtype) if w is None else w[t] * keep  # w_{t_i}, 0 on ignored rows
         self.count = float(wt.sum())  # the mean's divisor: sum of w_{t_i} over the rows that count
-        losses = (1 - eps) * wt * (lse - x[np.arange(len(t)), t])
+        self.t, self.b, self.a = t, (1 - eps) * wt, np.where(keep, eps / c, 0).astype(x.dtype)
+        losses = self.b * (lse - x[np.arange(len(t)), t])
         if eps:  # + eps/C sum_c w_c (lse - x_c)
-            smooth = c * lse - x.sum(axis=1) if w is None else w.sum() * lse - x @ w
-            losses += (eps / c) * keep * smooth
-        self.t, self.b, self.a = t, (1 - eps) * wt, (eps / c) * keep
+            losses += self.a * (c * lse - x.sum(axis=1) if w is None else w.sum() * lse - x @ w)
         return losses
 
     def _soft_forward(self, x, target, lse):
@@ -176,7 +175,8 @@ class CrossEntropy(Function):
                 dy = from_rows(dy if self.w is None else dy * self.w, self.shape)
             return from_rows(grad, self.shape), dy
         w_sum = e.shape[1] if self.w is None else self.w.sum()
-        grad = e * (g * (self.b + self.a * w_sum) / s)[:, None]  # (sum_c q_ic) softmax(x_i) g_i
+        row = (g * (self.b + self.a * w_sum) / s).astype(e.dtype, copy=False)
+        grad = e * row[:, None]  # (sum_c q_ic) softmax(x_i) g_i, in the logits' dtype
         grad[np.arange(len(s)), self.t] -= g * self.b  # - the one-hot part of q
         if self.eps:
             grad -= (g * self.a)[:, None] * (1 if self.w is None else self.w)  # - the smoothing part of q

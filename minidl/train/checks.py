@@ -27,8 +27,14 @@ class UsageError(Exception):
 
 # flag (its argparse dest), its default, the --parallel modes it applies to, and why
 MODE_FLAGS: tuple[tuple[str, str, Any, tuple[str, ...], str], ...] = (
-    ("--allreduce", "allreduce", "ring", ("data", "local-sgd", "pipeline"), "it picks how ranks average"),
-    ("--fusion-mb", "fusion_mb", 64.0, ("data", "pipeline"), "it sizes the gradient allreduces"),
+    (
+        "--allreduce",
+        "allreduce",
+        "ring",
+        ("data", "local-sgd", "pipeline", "model", "tensor", "ps"),
+        "one process has nothing to reduce",
+    ),
+    ("--fusion-mb", "fusion_mb", 64.0, ("data",), "it sizes data parallelism's gradient allreduces"),
     ("--compression", "compression", "none", ("data",), "it compresses the gradient allreduces"),
     (
         "--sync-bn",
@@ -164,7 +170,13 @@ def train_timeout() -> float | None:
 
 
 PROG = "python -m minidl.train"
-PER_RANK_PATHS = ("save", "resume", "data", "text")  # may differ between ranks (rank 0 writes; node-local copies)
+PER_RANK_PATHS = (
+    "save",
+    "resume",
+    "log_json",
+    "data",
+    "text",
+)  # may differ between ranks (rank 0 writes; node-local copies)
 RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")  # set by MPICH's and Open MPI's launchers
 SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE")
 

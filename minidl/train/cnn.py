@@ -25,7 +25,7 @@ import argparse
 import itertools
 import math
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -36,45 +36,17 @@ import minidl.nn.functional as F
 from minidl import nn, optim
 from minidl.data.idx import load_mnist
 from minidl.data.images import generated_images
+from minidl.models.resnet import CNN_PRESETS, CNNConfig
 from minidl.train import cli
 from minidl.train.loop import Task
 
-
-@dataclass(frozen=True)
-class CNNConfig:
-    """A ResNet (depth = 6n + 2, base width w) and its training schedule."""
-
-    depth: int
-    width: int
-    batch_size: int  # per rank
-    lr: float
-    momentum: float
-    weight_decay: float
-    epochs: int
-    warmup_epochs: float
-    images: str = "default"  # minidl.data.images.IMAGE_CONFIGS entry for the generated set
-
-    def with_(self, **changes: Any) -> CNNConfig:
-        return replace(self, **changes)
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
-_DEMO = CNNConfig(depth=8, width=8, batch_size=32, lr=0.1, momentum=0.9, weight_decay=5e-4, epochs=3, warmup_epochs=0.2)
-PRESETS: dict[str, CNNConfig] = {
-    "demo": _DEMO,  # >= 95% per-label accuracy on the generated images in a few minutes on one core
-    "resnet20": _DEMO.with_(
-        depth=20, width=16, batch_size=64, weight_decay=1e-4, epochs=10, warmup_epochs=1.0
-    ),  # He et al.
-    "quick": _DEMO.with_(batch_size=16, epochs=5, images="quick"),  # seconds: tests and the tutorials' --quick
-}
+PRESETS = CNN_PRESETS
 OVERRIDES = {f: f for f in ("depth", "width", "batch_size", "lr", "epochs", "momentum", "weight_decay")}
 
 
 @dataclass
 class Images:
-    """Images [N, C, H, W] float, targets, and how outputs are scored."""
+    """Images [N, C, H, W] float and their targets; multi-label: [N, K] 0/1, else [N] class ids."""
 
     name: str
     x_train: np.ndarray
@@ -86,22 +58,15 @@ class Images:
 
 
 def load_images(args: argparse.Namespace, cfg: CNNConfig) -> Images:
-    if args.data:  # uint8 [N, 28, 28] -> float [N, 1, 28, 28] in [0, 1], labels int64
-        (x, y), (xt, yt) = load_mnist(args.data, "train"), load_mnist(args.data, "t10k")
-        prep = lambda a: (np.asarray(a, np.float32) / 255.0)[:, None]
-        classes = tuple(str(c) for c in range(int(y.max()) + 1))
-        return Images(
-            f"IDX files in {args.data}",
-            prep(x),
-            np.asarray(y, np.int64),
-            prep(xt),
-            np.asarray(yt, np.int64),
-            classes,
-            False,
-        )
-    d = generated_images(cfg.images, seed=0)
+    if not args.data:
+        d = generated_images(cfg.images, seed=0)
+        name = f"generated multi-label shapes ({cfg.images})"
+        return Images(name, d.x_train, d.y_train, d.x_test, d.y_test, d.classes, True)
+    (x, y), (xt, yt) = load_mnist(args.data, "train"), load_mnist(args.data, "t10k")
+    prep = lambda a: (np.asarray(a, np.float32) / 255.0)[:, None]  # uint8 [N, 28, 28] -> [N, 1, 28, 28] in [0, 1]
+    labels = tuple(str(c) for c in range(int(y.max()) + 1))
     return Images(
-        f"generated multi-label shapes ({cfg.images})", d.x_train, d.y_train, d.x_test, d.y_test, d.classes, True
+        f"IDX files in {args.data}", prep(x), y.astype(np.int64), prep(xt), yt.astype(np.int64), labels, False
     )
 
 
@@ -115,7 +80,7 @@ class CNNTask(Task):
 
     name, unit, modes = "cnn", "images", ("data", "zero", "model", "tensor", "ps", "local-sgd")
     PRESETS, OVERRIDES, lines_per_epoch, epoch_split, evaluates_last_epoch = PRESETS, OVERRIDES, 5, "test", False
-    tally_width, history_keys = 3, ("loss", "accuracy")
+    tally_width, history_keys, split_softmax = 3, ("loss", "accuracy"), False
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -33,7 +33,7 @@ from minidl import optim
 from minidl.data.corpus_gen import generated_corpus
 from minidl.data.text import Corpus, batchify, bptt_batches, num_bptt_batches, read_ptb, read_text_file
 from minidl.models.lm import PRESETS as ZAREMBA_PRESETS
-from minidl.models.lm import LMConfig, LSTMLanguageModel
+from minidl.models.lm import LMConfig, LSTMLanguageModel, Recurrent
 from minidl.train import cli
 from minidl.train.loop import Task
 
@@ -65,7 +65,7 @@ class LMTask(Task):
 
     name, unit, modes = "lm", "words", ("data", "zero", "model", "tensor", "pipeline", "ps", "local-sgd")
     PRESETS, OVERRIDES, lines_per_epoch, epoch_split, evaluates_last_epoch = PRESETS, OVERRIDES, 10, "valid", True
-    history_keys = ("ppl",)
+    history_keys, split_softmax = ("ppl",), True  # tensor parallel: the softmax split by vocabulary
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -83,7 +83,6 @@ class LMTask(Task):
     def __init__(self, args: argparse.Namespace, cfg: LMConfig, preset: str):
         self.args, self.cfg, self.max_grad_norm = args, cfg, cfg.max_grad_norm
         self.corpus = load_corpus(args, preset)
-        self.state: Any = None  # the LSTM state carried from window to window
 
     def prepare(self, shard: tuple[int, int]) -> int:
         """This rank's streams of the training split; returns the windows per epoch."""
@@ -102,6 +101,19 @@ class LMTask(Task):
             len(self.corpus.vocab), c.hidden_size, c.num_layers, c.dropout, init_scale=c.init_scale
         )
 
+    def chain(self, model: Any) -> list:
+        units = super().chain(model)
+        self.recurrent = [u for _, u in units if isinstance(u, Recurrent)]  # they carry the LSTM state
+        return units
+
+    def start_window(self, again: bool = False) -> None:
+        for u in self.recurrent:
+            u.restart_window() if again else u.start_window()
+
+    def set_slots(self, slots: int) -> None:
+        for u in self.recurrent:
+            u.reset(slots)
+
     def optimizer(self, params: list) -> optim.Optimizer:
         return optim.SGD(params, lr=self.cfg.lr)
 
@@ -110,16 +122,14 @@ class LMTask(Task):
 
     def batches(self, epoch: int, start: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """The epoch's windows from ``start`` on; a new epoch starts from zero states."""
-        self.state = self.state if start else None
+        for u in self.recurrent if start == 0 else ():
+            u.reset()
         return itertools.islice(bptt_batches(self.train, self.cfg.num_steps), start, None)
 
     def forward(self, net: Any, batch: tuple, again: bool = False) -> Any:
         """Logits of a window from the carried state (``again``: once more from the window's start state)."""
-        if not again:
-            self.start = None if self.state is None else tuple(s.detach() for s in self.state)
-        out, state = net(batch[0], self.start)
-        self.state = self.state if again else state
-        return out
+        self.start_window(again)
+        return net(batch[0])
 
     def criterion(self, out: Any, batch: tuple) -> Any:
         return F.cross_entropy(out, batch[1].reshape(-1))
@@ -139,7 +149,8 @@ class LMTask(Task):
         """Mean cross-entropy (nats/word) and perplexity of ``split``; each rank its share of the streams."""
         streams = max(self.args.eval_batch_size, strategy.min_streams)
         data = batchify(getattr(self.corpus, split), streams, *strategy.eval_share)
-        carried, self.state, total, words = self.state, None, 0.0, 0.0
+        carried, total, words = [(u.states, u.begin) for u in self.recurrent], 0.0, 0.0
+        self.set_slots(self.recurrent[0].slots)  # evaluation starts from zero states
         strategy.net.eval()
         with minidl.no_grad():
             for x, y in bptt_batches(data, self.cfg.num_steps, drop_last=False):
@@ -147,7 +158,8 @@ class LMTask(Task):
                 if loss is not None and strategy.reports:
                     total, words = total + float(getattr(loss, "data", loss)) * y.size, words + y.size
         strategy.net.train()
-        self.state = carried
+        for u, (states, begin) in zip(self.recurrent, carried):
+            u.states, u.begin = states, begin
         total, words = strategy.ctx.sum([total, words])
         return {f"{split}_loss": float(total / words), f"{split}_ppl": float(np.exp(total / words))}
 
@@ -178,11 +190,15 @@ class LMTask(Task):
         )
 
     def carried_state(self) -> dict[str, np.ndarray]:
-        return {} if self.state is None else {"h": self.state[0].data, "c": self.state[1].data}
+        """Each layer's (h, c) [L, B, H] (one slot: checkpoints are written by the modes without pipelining)."""
+        states = [u.states[0] for u in self.recurrent]
+        return {} if None in states else {k: np.stack([s[i].data for s in states]) for i, k in enumerate("hc")}
 
     def restore_state(self, saved: dict[str, np.ndarray]) -> None:
         dtype = minidl.get_default_dtype()
-        self.state = tuple(minidl.tensor(saved[k].astype(dtype)) for k in "hc") if saved else None
+        for k, u in enumerate(self.recurrent):
+            u.reset()
+            u.states = [tuple(minidl.tensor(saved[x][k].astype(dtype)) for x in "hc")] if saved else [None]
 
 
 def build_parser() -> argparse.ArgumentParser:

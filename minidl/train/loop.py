@@ -30,6 +30,17 @@ class Task:
     tally_width = 2  # numbers a batch adds to the progress sums (``tally``)
     history_keys: tuple[str, ...] = ()  # what the history keeps of each progress record
 
+    def chain(self, model: Any) -> list[tuple[str, Any]]:
+        """The model's units, the ones every strategy runs (cut or whole); remembered for the task's own use."""
+        self.units = model.units()
+        return self.units
+
+    def start_window(self, again: bool = False) -> None:
+        """A new batch begins (``again``: the same one, once more): where a task carries state, it moves on."""
+
+    def set_slots(self, slots: int) -> None:
+        """Carry ``slots`` states per batch, one per micro-batch of a pipeline."""
+
     def items(self, batch: Any) -> int:
         """Words (or images) in a batch: the unit of throughput."""
         return batch[1].size

@@ -145,3 +145,21 @@ def test_cnn_per_rank_batchnorm_and_fp16_keep_replicas_identical(comm, capsys):
     )
     capsys.readouterr()
     assert_same_on_every_rank(comm, {k: v for k, v in par["params"].items() if "running" not in k})
+
+
+def test_log_json_from_rank_0_with_the_step_split(comm, tmp_path, capsys):
+    """--log-json under --parallel data: rank 0 writes one record per progress line, with the compute / wait /
+    communication seconds per step the DistributedOptimizer measured, and one per evaluation; no other rank writes."""
+    import json
+
+    path = tmp_path / f"log-{comm.Get_rank()}.jsonl"  # each rank's own name: only rank 0's may exist
+    lm.main(LM_ARGS + ["--parallel", "data", "--batch-size", "3", "--log-json", str(path)])
+    capsys.readouterr()
+    if comm.Get_rank() != 0:
+        assert not path.exists()
+        return
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    train = [r for r in records if r["kind"] == "train"]
+    assert [r["step"] for r in train] == [2, 4] and records[-1]["kind"] == "eval" and records[-1]["split"] == "test"
+    for r in train:
+        assert r["comp_s"] > 0 and r["comm_s"] > 0 and r["wait_s"] >= 0 and r["words_per_s"] > 0

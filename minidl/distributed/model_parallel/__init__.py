@@ -1,12 +1,11 @@
 """Model parallelism: each rank holds part of the model.
 
 ``p2p.py`` (send and recv as differentiable ops: the chain rule across ranks), ``layerwise.py`` (rank
-r holds a contiguous block of layers), ``tensor_parallel.py`` (Megatron: each layer's matrices split
-across ranks).
+r holds a contiguous block of a model's units), ``tensor_parallel.py`` (Megatron: a layer's matrices split
+across ranks; ``regions.py``: the shards and the f / g operators it is built on).
 """
 
 from minidl.distributed.model_parallel.layerwise import (
-    LMStage,
     SequentialStage,
     clip_grad_norm_split,
     gather_state_dict,
@@ -17,22 +16,20 @@ from minidl.distributed.model_parallel.tensor_parallel import (
     ColumnParallelLinear,
     ParallelMLP,
     RowParallelLinear,
-    TensorParallelLM,
     copy_to_parallel_region,
     gather_linear,
     reduce_from_parallel_region,
+    shard_last_unit,
     shard_linear,
     vocab_parallel_cross_entropy,
 )
 
 __all__ = [
     "ColumnParallelLinear",
-    "LMStage",
     "ParallelMLP",
     "RowParallelLinear",
     "SequentialStage",
     "StageBoundary",
-    "TensorParallelLM",
     "clip_grad_norm_split",
     "copy_to_parallel_region",
     "gather_linear",
@@ -43,6 +40,7 @@ __all__ = [
     "reduce_from_parallel_region",
     "send",
     "send_meta",
+    "shard_last_unit",
     "shard_linear",
     "vocab_parallel_cross_entropy",
 ]

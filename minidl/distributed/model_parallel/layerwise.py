@@ -20,12 +20,11 @@ Communication per step, per boundary: one header (80 bytes) and the activation f
 number of bytes of gradient backward (``boundary_bytes``). Compare data parallelism, which moves
 about 2x the whole gradient per rank per step in a ring allreduce.
 
-Two splits are provided:
-  ``SequentialStage``: an ``nn.Sequential`` cut into P contiguous blocks of layers;
-  ``LMStage``: the LSTM language model as units [embedding, LSTM layer 0, ..., LSTM layer L-1, decoder]
-  cut into P contiguous blocks (so P <= L + 2); each rank keeps the LSTM state of its own layers.
-Both keep the dense model's parameter names (``"3.weight"``, ``"lstm.weight_ih_l1"``), so
-``gather_state_dict`` reassembles the dense ``state_dict`` on one rank (checkpoints, tests).
+``SequentialStage`` cuts a chain of units into P contiguous blocks: an ``nn.Sequential``, or a model's
+``units()`` (the LSTM language model's [embedding, LSTM layer 0, ..., LSTM layer L-1, decoder], each
+LSTM unit carrying its own state; the ResNet's stem, blocks and head). Pipeline and tensor parallelism
+cut the same lists. ``gather_state_dict`` reassembles the dense ``state_dict`` on one rank, under the
+model's own names when given the units' names (checkpoints, tests).
 """
 
 from __future__ import annotations
@@ -39,14 +38,9 @@ from minidl.distributed.comm import get_comm
 from minidl.distributed.data_parallel.allreduce import allreduce
 from minidl.distributed.model_parallel.p2p import StageBoundary
 from minidl.distributed.state import gather_states
-from minidl.models.lm import LSTMLanguageModel
 from minidl.nn.container import Sequential
-from minidl.nn.dropout import dropout as dropout_fn
-from minidl.nn.lstm_kernel import LSTMFunction
-from minidl.nn.module import Module, Parameter
-from minidl.nn.rnn import LSTM, _check_state_pair
-from minidl.ops.shape import Stack
-from minidl.tensor import Tensor, tensor
+from minidl.nn.module import Module
+from minidl.tensor import Tensor
 
 HEADER_BYTES = 80  # p2p.send_meta: 10 int64 words
 
@@ -141,10 +135,12 @@ class SequentialStage(_Stage):
     layers only. ``balance``: see ``stage_ranges``. Parameter names are the Sequential's own ("3.weight").
     """
 
-    def __init__(self, model: Sequential, comm: Any = None, balance: Any = None, tag: int = 0):
+    def __init__(self, model: Sequential | list, comm: Any = None, balance: Any = None, tag: int = 0):
         super().__init__()
+        if isinstance(model, list):  # a model's units(): (name, unit) pairs
+            model = Sequential(*(unit for _, unit in model))
         if not isinstance(model, Sequential):
-            raise TypeError(f"SequentialStage: expected an nn.Sequential, got {type(model).__name__}")
+            raise TypeError(f"SequentialStage: expected an nn.Sequential or units, got {type(model).__name__}")
         size = self._join(comm, tag)
         layers = list(model)
         costs = [sum(p.data.size for p in m.parameters()) for m in layers]
@@ -169,135 +165,28 @@ class SequentialStage(_Stage):
         return f"layers {r.start}..{r.stop - 1} on rank {self.comm.Get_rank()} of {self.comm.Get_size()}"
 
 
-# ----------------------------------------------------------------------------- the language model
-class LSTMLayers(Module):
-    """Layers ``lo .. hi-1`` of an ``nn.LSTM``, with the dense LSTM's parameter names (``weight_ih_l{k}``).
-
-    Same computation as the dense LSTM for those layers, dropout included (on the input of every layer
-    k > 0 in training mode). ``forward(x [T, B, I_lo], (h0, c0) [hi-lo, B, H]) -> out, (h_n, c_n)``.
-    """
-
-    def __init__(self, lstm: LSTM, lo: int, hi: int):
-        super().__init__()
-        if not 0 <= lo < hi <= lstm.num_layers:
-            raise ValueError(f"LSTMLayers: layers {lo}..{hi - 1} out of range for {lstm.num_layers} layers")
-        self.lo, self.hi, self.hidden_size, self.dropout = lo, hi, lstm.hidden_size, lstm.dropout
-        self.input_size = lstm.input_size if lo == 0 else lstm.hidden_size
-        self.bias = lstm.bias
-        for k in range(lo, hi):
-            for name, p in zip(("weight_ih", "weight_hh", "bias_ih", "bias_hh"), lstm.layer_parameters(k)):
-                setattr(self, f"{name}_l{k}", p)
-
-    def layer_parameters(self, k: int) -> list[Parameter]:
-        names = ["weight_ih", "weight_hh"] + (["bias_ih", "bias_hh"] if self.bias else [])
-        return [getattr(self, f"{n}_l{k}") for n in names]
-
-    def forward(self, x: Tensor, state: tuple[Tensor, Tensor]) -> tuple[Tensor, tuple[Tensor, Tensor]]:
-        n, B, H = self.hi - self.lo, x.shape[1], self.hidden_size
-        if x.ndim != 3 or x.shape[2] != self.input_size:
-            raise ValueError(f"LSTMLayers: input must be [T, B, {self.input_size}], got shape {x.shape}")
-        h0, c0 = _check_state_pair("LSTMLayers", state, (n, B, H))
-        hs, cs, out = [], [], x
-        for j, k in enumerate(range(self.lo, self.hi)):
-            if k > 0 and self.dropout > 0 and self.training:
-                out = dropout_fn(out, self.dropout, training=True)
-            out, h, c = LSTMFunction.apply(out, h0[j], c0[j], *self.layer_parameters(k))
-            hs.append(h)
-            cs.append(c)
-        return out, (Stack.apply(*hs), Stack.apply(*cs))
-
-    def extra_repr(self) -> str:
-        return f"layers {self.lo}..{self.hi - 1} of an LSTM({self.input_size}, {self.hidden_size})"
-
-
-class LMStage(_Stage):
-    """This rank's block of an ``LSTMLanguageModel`` split over the ranks of ``comm``.
-
-    The model is the chain of units [embedding, LSTM layer 0, ..., LSTM layer L-1, decoder]; rank r holds
-    a contiguous block of them (``balance``: None for equal numbers of units, a list of unit counts, or
-    "parameters"), so 1 <= P <= L + 2. Attributes present only where held: ``embedding``, ``lstm``
-    (``LSTMLayers``), ``decoder``; dropout sits where the dense model has it.
-
-    ``forward(tokens, state) -> (result, state)``: ``tokens`` [T, B] integer ids on rank 0 (ignored
-    elsewhere); ``state`` this rank's LSTM (h, c), each [layers here, B, H] (None: zeros; always None on a
-    rank without LSTM layers). ``result`` is the logits [T*B, V] on the last rank, a send token elsewhere.
-    """
-
-    def __init__(self, model: LSTMLanguageModel, comm: Any = None, balance: Any = None, tag: int = 0):
-        super().__init__()
-        if not isinstance(model, LSTMLanguageModel):
-            raise TypeError(f"LMStage: expected an LSTMLanguageModel, got {type(model).__name__}")
-        size = self._join(comm, tag)
-        L = model.num_layers
-        units = [model.embedding, *[None] * L, model.decoder]
-        costs = [
-            model.embedding.weight.data.size,
-            *[sum(p.data.size for p in model.lstm.layer_parameters(k)) for k in range(L)],
-            model.decoder.weight.data.size,
-        ]
-        if size > L + 2:
-            raise ValueError(
-                f"LMStage: {size} ranks but the model has only {L + 2} units (embedding, {L} LSTM "
-                f"layers, decoder); use at most {L + 2} ranks or more layers"
-            )
-        self.ranges = stage_ranges(len(units), size, balance, costs)
-        mine = self.ranges[self.comm.Get_rank()]
-        self.hidden_size, self.num_layers_total = model.hidden_size, L
-        self.drop = model.drop
-        if 0 in mine:
-            self.embedding = model.embedding
-        lo, hi = max(mine.start, 1) - 1, min(mine.stop, L + 1) - 1
-        self.layers = (lo, hi) if hi > lo else None
-        if self.layers:
-            self.lstm = LSTMLayers(model.lstm, lo, hi)
-        if L + 1 in mine:
-            self.decoder = model.decoder
-
-    def init_hidden(self, batch_size: int) -> tuple[Tensor, Tensor] | None:
-        """Zero (h, c) for this rank's LSTM layers, [layers here, B, H]; None if it holds none."""
-        if not self.layers:
-            return None
-        dtype = next(iter(self.lstm.parameters())).dtype
-        shape = (self.layers[1] - self.layers[0], batch_size, self.hidden_size)
-        return tensor(np.zeros(shape, dtype)), tensor(np.zeros(shape, dtype))
-
-    @staticmethod
-    def detach_state(state: tuple[Tensor, Tensor] | None) -> tuple[Tensor, Tensor] | None:
-        return None if state is None else (state[0].detach(), state[1].detach())
-
-    def forward(self, tokens: Any = None, state: tuple[Tensor, Tensor] | None = None):
-        if self.is_first:
-            ids = np.asarray(tokens.data if isinstance(tokens, Tensor) else tokens)
-            if ids.ndim != 2 or ids.dtype.kind not in "iu":
-                raise ValueError(
-                    f"LMStage: the first stage needs integer token ids [T, B], got {ids.dtype} {ids.shape}"
-                )
-            h = self.drop(self.embedding(ids))
-        else:
-            h = self.boundary.receive()
-        if self.layers:
-            h, state = self.lstm(h, state if state is not None else self.init_hidden(h.shape[1]))
-        if self.is_last:
-            T, B = h.shape[0], h.shape[1]
-            return self.decoder(self.drop(h).reshape(T * B, self.hidden_size)), state
-        return self.boundary.send(h), state
-
-    def extra_repr(self) -> str:
-        held = [n for n in ("embedding", "decoder") if n in self._modules]
-        if self.layers:
-            held.insert(1 if "embedding" in held else 0, f"lstm layers {self.layers[0]}..{self.layers[1] - 1}")
-        return f"{', '.join(held)} on rank {self.comm.Get_rank()} of {self.comm.Get_size()}"
-
-
 # ----------------------------------------------------------------------------- whole-model helpers
-def gather_state_dict(stage: Module, root: int = 0, comm: Any = None) -> dict[str, np.ndarray] | None:
+def dense_names(state: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
+    """Keys ``"i.k"`` of a chain of units -> the model's ``"names[i].k"`` (``k`` alone where names[i] is "")."""
+    out = {}
+    for key, value in state.items():
+        i, _, rest = key.partition(".")
+        out[f"{names[int(i)]}.{rest}" if names[int(i)] else rest] = value
+    return out
+
+
+def gather_state_dict(
+    stage: Module, root: int = 0, comm: Any = None, names: Sequence[str] | None = None
+) -> dict[str, np.ndarray] | None:
     """The dense model's ``state_dict`` assembled from every stage's, on ``root`` (None elsewhere).
 
-    Works for any split whose stages use the dense model's names (both here do). A name held by
-    several ranks (a replicated parameter) is taken from the lowest rank.
+    ``names``: the units' names (``[n for n, _ in model.units()]``), to give the model's own names back;
+    without them, the stages' names are kept. A name held by several ranks (a replicated parameter) is
+    taken from the lowest rank.
     """
     comm = get_comm(comm if comm is not None else getattr(stage, "comm", None))
-    parts = gather_states({k: np.asarray(v) for k, v in stage.state_dict().items()}, root, comm)
+    state = {k: np.asarray(v) for k, v in stage.state_dict().items()}
+    parts = gather_states(dense_names(state, names) if names is not None else state, root, comm)
     if parts is None:
         return None
     merged: dict[str, np.ndarray] = {}

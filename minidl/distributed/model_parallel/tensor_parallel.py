@@ -47,130 +47,20 @@ import numpy as np
 
 from minidl.distributed.comm import get_comm
 from minidl.distributed.data_parallel.allreduce import allreduce, check_algorithm
+from minidl.distributed.model_parallel.regions import (
+    allgather_last_axis,
+    copy_to_parallel_region,
+    gather_from_parallel_region,
+    reduce_from_parallel_region,
+    scatter_to_parallel_region,
+    shard_linear,
+    shard_range,
+    shard_sizes,
+)
 from minidl.nn.init import default_weight_and_bias_
 from minidl.nn.linear import Linear, linear
 from minidl.nn.module import Module, Parameter
 from minidl.tensor import Function, Tensor, get_default_dtype
-
-# ----------------------------------------------------------------------------- shards
-
-
-def shard_range(n: int, rank: int, size: int) -> slice:
-    """Rank ``rank``'s part of ``n`` features split over ``size`` ranks (``np.array_split``'s blocks)."""
-    if size < 1 or not 0 <= rank < size:
-        raise ValueError(f"shard_range: rank {rank} out of range for {size} ranks")
-    if n < size:
-        raise ValueError(f"shard_range: cannot split {n} features over {size} ranks (each needs at least one)")
-    base, extra = divmod(n, size)
-    start = rank * base + min(rank, extra)
-    return slice(start, start + base + (rank < extra))
-
-
-def shard_linear(
-    weight: np.ndarray, bias: np.ndarray | None, style: str, rank: int, size: int
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """Rank ``rank``'s slice of a dense Linear's (weight [out, in], bias [out]), as copies.
-
-    ``style="column"``: rows of W and of b (output features). ``style="row"``: columns of W (input
-    features); the bias is whole on every rank (it is added once, after the allreduce).
-    """
-    weight = np.asarray(weight)
-    if weight.ndim != 2:
-        raise ValueError(f"shard_linear: weight must be 2-D [out, in], got shape {weight.shape}")
-    if style == "column":
-        part = shard_range(weight.shape[0], rank, size)
-        return weight[part].copy(), None if bias is None else np.array(bias[part], copy=True)
-    if style == "row":
-        part = shard_range(weight.shape[1], rank, size)
-        return weight[:, part].copy(), None if bias is None else np.array(bias, copy=True)
-    raise ValueError(f"shard_linear: style must be 'column' or 'row', got {style!r}")
-
-
-def allgather_last_axis(comm: Any, x: np.ndarray, sizes: list[int]) -> np.ndarray:
-    """Concatenate every rank's ``x`` along the last axis (rank r's has ``sizes[r]`` columns).
-
-    Blocks are padded to the largest size for the allgather (which moves equal blocks) and trimmed after.
-    """
-    import collectives
-
-    width = max(sizes)
-    padded = np.zeros(x.shape[:-1] + (width,), x.dtype)
-    padded[..., : x.shape[-1]] = x
-    blocks = collectives.allgather(comm, padded)  # [P, ..., width]
-    return np.concatenate([blocks[r][..., :n] for r, n in enumerate(sizes)], axis=-1)
-
-
-def _shard_sizes(n: int, size: int) -> list[int]:
-    return [shard_range(n, r, size).stop - shard_range(n, r, size).start for r in range(size)]
-
-
-# ----------------------------------------------------------------------------- f, g and friends
-class CopyToParallelRegion(Function):
-    """f: forward the identity (X goes to every rank's slice), backward an allreduce of dL/dX."""
-
-    def forward(self, x, *, comm: Any, algorithm: str, check: bool):
-        self.comm, self.algorithm, self.check = comm, algorithm, check
-        return x.view()
-
-    def backward(self, g):
-        return allreduce(self.comm, np.ascontiguousarray(g), self.algorithm, "sum", self.check)
-
-
-class ReduceFromParallelRegion(Function):
-    """g: forward an allreduce (sum of the ranks' partial results), backward the identity."""
-
-    def forward(self, x, *, comm: Any, algorithm: str, check: bool):
-        return allreduce(comm, np.ascontiguousarray(x), algorithm, "sum", check)
-
-    def backward(self, g):
-        return g
-
-
-class GatherFromParallelRegion(Function):
-    """Forward: allgather the ranks' column blocks along the last axis. Backward: this rank's block of dL/dY
-    (dL/dY is the same on every rank, the computation after the gather being replicated)."""
-
-    def forward(self, x, *, comm: Any, sizes: list[int]):
-        rank = comm.Get_rank()
-        self.part = slice(sum(sizes[:rank]), sum(sizes[: rank + 1]))
-        return allgather_last_axis(comm, x, sizes)
-
-    def backward(self, g):
-        return np.ascontiguousarray(g[..., self.part])
-
-
-class ScatterToParallelRegion(Function):
-    """Forward: this rank's block of the last axis (no communication). Backward: allgather the blocks of dL/dX."""
-
-    def forward(self, x, *, comm: Any, sizes: list[int]):
-        rank = comm.Get_rank()
-        self.comm, self.sizes = comm, sizes
-        return x[..., sum(sizes[:rank]) : sum(sizes[: rank + 1])]
-
-    def backward(self, g):
-        return allgather_last_axis(self.comm, np.ascontiguousarray(g), self.sizes)
-
-
-def copy_to_parallel_region(x: Tensor, comm: Any = None, algorithm: str = "ring", check: bool = True) -> Tensor:
-    """Megatron's f: identity forward, allreduce (sum) of the gradient backward."""
-    return CopyToParallelRegion.apply(x, comm=get_comm(comm), algorithm=check_algorithm(algorithm), check=check)
-
-
-def reduce_from_parallel_region(x: Tensor, comm: Any = None, algorithm: str = "ring", check: bool = True) -> Tensor:
-    """Megatron's g: allreduce (sum) forward, identity backward."""
-    return ReduceFromParallelRegion.apply(x, comm=get_comm(comm), algorithm=check_algorithm(algorithm), check=check)
-
-
-def gather_from_parallel_region(x: Tensor, n: int, comm: Any = None) -> Tensor:
-    """The whole last axis (``n`` features, split as ``shard_range``) from every rank's block."""
-    comm = get_comm(comm)
-    return GatherFromParallelRegion.apply(x, comm=comm, sizes=_shard_sizes(n, comm.Get_size()))
-
-
-def scatter_to_parallel_region(x: Tensor, comm: Any = None) -> Tensor:
-    """This rank's block of x's last axis (split as ``shard_range``); the gradient is allgathered."""
-    comm = get_comm(comm)
-    return ScatterToParallelRegion.apply(x, comm=comm, sizes=_shard_sizes(x.shape[-1], comm.Get_size()))
 
 
 # ----------------------------------------------------------------------------- layers
@@ -329,10 +219,10 @@ def gather_linear(
 
     w, b = values(layer.weight), values(layer.bias)
     if isinstance(layer, ColumnParallelLinear):
-        sizes = _shard_sizes(layer.out_features, layer.world)
+        sizes = shard_sizes(layer.out_features, layer.world)
         weight = allgather_last_axis(layer.comm, np.ascontiguousarray(w.T), sizes).T.copy()
         return weight, None if b is None else allgather_last_axis(layer.comm, b, sizes)
-    sizes = _shard_sizes(layer.in_features, layer.world)
+    sizes = shard_sizes(layer.in_features, layer.world)
     return allgather_last_axis(layer.comm, w, sizes), None if b is None else b.copy()
 
 
@@ -467,67 +357,33 @@ def vocab_parallel_cross_entropy(
     )
 
 
-# ----------------------------------------------------------------------------- the language model
-class TensorParallelLM(Module):
-    """An ``LSTMLanguageModel`` whose decoder and softmax are split over the ranks by vocabulary.
-
-    The [V, H] decoder is the model's largest layer (V = 10,000 for PTB) and its softmax the costliest
-    step; the LSTM's recurrence would need an exchange per time step if split, so embedding and LSTM are
-    replicated: every rank runs them on the same batch (the same seed on every rank gives the same
-    weights and dropout masks). The decoder is a ``ColumnParallelLinear`` without gather, its input
-    passing through f, so backward allreduces dL/dh [T*B, H] once, and the replicated LSTM's gradients
-    come out the same on every rank: no gradient allreduce. Per step the wire carries that and the
-    loss's three numbers per word, never the [T*B, V] logits.
-
-    ``forward(x [T, B], state) -> (logits block [T*B, V_r], state)``; ``loss(logits, y)`` the mean
-    cross entropy over the whole vocabulary; ``sharded_parameters()`` / ``replicated_parameters()`` for
-    ``clip_grad_norm_split``; ``dense_state_dict()`` the whole model's ``state_dict`` on every rank.
-    """
-
-    def __init__(self, model: Any, comm: Any = None, algorithm: str = "ring", check: bool = True):
-        super().__init__()
-        self.vocab_size, self.hidden_size, self.num_layers = model.vocab_size, model.hidden_size, model.num_layers
-        self.embedding, self.drop, self.lstm = model.embedding, model.drop, model.lstm
-        self.decoder = ColumnParallelLinear.from_dense(
-            model.decoder, gather_output=False, comm=comm, algorithm=algorithm, check=check
-        )
-        self.detach_state = model.detach_state  # a staticmethod: holds no reference to the dense model
-
-    def init_hidden(self, batch_size: int) -> tuple[Tensor, Tensor]:
-        """Zero (h, c), each [L, B, H], in the parameters' dtype."""
-        shape = (self.num_layers, batch_size, self.hidden_size)
-        dtype = self.decoder.weight.dtype
-        return Tensor(np.zeros(shape, dtype)), Tensor(np.zeros(shape, dtype))
-
-    def forward(self, x: Any, state: Any = None):
-        tokens = np.asarray(x.data if isinstance(x, Tensor) else x)
-        T, B = tokens.shape
-        out, state = self.lstm(self.drop(self.embedding(tokens)), state if state is not None else self.init_hidden(B))
-        return self.decoder(self.drop(out).reshape(T * B, self.hidden_size)), state
-
-    def loss(self, logits: Tensor, target: Any) -> Tensor:
-        target = np.asarray(target.data if isinstance(target, Tensor) else target).reshape(-1)
-        d = self.decoder
-        return vocab_parallel_cross_entropy(logits, target, d.out_range.start, d.comm, d.algorithm, d.check)
-
-    def sharded_parameters(self) -> list[Parameter]:
-        return list(self.decoder.parameters())
-
-    def replicated_parameters(self) -> list[Parameter]:
-        return [*self.embedding.parameters(), *self.lstm.parameters()]
-
-    def dense_state_dict(self) -> dict[str, np.ndarray]:
-        """The whole model's ``state_dict`` (``LSTMLanguageModel``'s names), the decoder gathered, on every rank."""
-        state = {k: v for k, v in self.state_dict().items() if not k.startswith("decoder.")}
-        state["decoder.weight"], state["decoder.bias"] = gather_linear(self.decoder)
-        return state
+# ----------------------------------------------------------------------------- a chain of units
+def shard_last_unit(
+    units: list[tuple[str, Module]], gather_output: bool, comm: Any = None, algorithm: str = "ring"
+) -> tuple[list[tuple[str, Module]], ColumnParallelLinear, str]:
+    """Tensor parallelism on a model's ``units()``: the last unit's Linear (a ResNet's classifier, a language
+    model's [V, H] decoder) made column-parallel, split by output; the units before it stay replicated, the
+    same computation on every rank. Returns the units, the parallel layer and its name in the dense model.
+    ``gather_output=False`` leaves the logits split (for ``vocab_parallel_cross_entropy``)."""
+    name, last = units[-1]
+    make = lambda dense: ColumnParallelLinear.from_dense(
+        dense, gather_output=gather_output, comm=comm, algorithm=algorithm
+    )
+    if isinstance(last, Linear):
+        layer = make(last)
+        return [*units[:-1], (name, layer)], layer, name
+    for attr, child in list(last._modules.items()):
+        if isinstance(child, Linear):
+            setattr(last, attr, make(child))
+            return units, getattr(last, attr), f"{name}.{attr}" if name else attr
+    raise ValueError(f"shard_last_unit: the last unit ({type(last).__name__}) holds no Linear to split")
 
 
 __all__ = [
     "ColumnParallelLinear",
     "ParallelMLP",
     "RowParallelLinear",
-    "TensorParallelLM",
+    "shard_last_unit",
     "copy_to_parallel_region",
     "gather_from_parallel_region",
     "gather_linear",

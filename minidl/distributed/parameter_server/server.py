@@ -33,6 +33,7 @@ from minidl.distributed.parameter_server.protocol import (
     param_list,
     shards_of,
 )
+from minidl.distributed.timeout import activity
 from minidl.nn.module import Module
 from minidl.optim.optimizer import Optimizer
 from minidl.tensor import Tensor
@@ -130,7 +131,8 @@ class ParameterServer:
         pending: dict[int, np.ndarray] = {}  # synchronous: this step's gradients so far, by worker
         joining: list[int] | None = []  # workers whose first pull waits for the others' (a common start)
         while len(done) < len(self.workers):
-            src, kind, version, step, _ = self._receive(status, any_source)
+            with activity("ParameterServer.serve, waiting for workers", step=self.version):
+                src, kind, version, step, _ = self._receive(status, any_source)
             if kind == PULL and joining is not None:
                 # Start barrier: the first pulls are answered together once every worker has asked, so all
                 # start from version 0 (and no gradient arrives before everyone has joined).

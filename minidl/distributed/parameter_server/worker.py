@@ -29,6 +29,7 @@ from minidl.distributed.parameter_server.protocol import (
     param_list,
     shards_of,
 )
+from minidl.distributed.timeout import activity
 from minidl.nn.module import Module
 from minidl.tensor import Tensor
 
@@ -137,7 +138,8 @@ class PSWorker:
         pending = list(range(len(self.shards)))
         expect_reply = self.mode != ASYNC
         while True:
-            pending = self._exchange(pending, PUSH, expect_reply)
+            with activity("PSWorker.step", step=self.steps):  # named by a communication timeout
+                pending = self._exchange(pending, PUSH, expect_reply)
             if not pending:
                 break
             self.rejected += 1

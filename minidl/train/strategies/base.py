@@ -25,6 +25,7 @@ import numpy as np
 import minidl
 import minidl.distributed as dist
 from minidl import amp, optim
+from minidl.nn.container import Sequential
 from minidl.nn.module import Module
 from minidl.train.checks import check_resume_settings, position_units
 
@@ -91,7 +92,7 @@ class Strategy:
 
     def build(self, task: Any, model: Module) -> None:
         """Hold ``model`` whole: the net the loop runs, its parameters and their optimizer."""
-        self.model = self.net = model
+        self.model, self.net = model, Sequential(*(unit for _, unit in task.chain(model)))  # the units in order
         self.params = list(model.parameters())
         self.base = task.optimizer(self.params)  # the local optimizer (learning rates are set on it)
         self.opt: Any = self.base

@@ -23,6 +23,7 @@ import minidl.distributed as dist
 from minidl.distributed.counting import sent_and_received
 from minidl.distributed.data_parallel.local_sgd import average_buffers
 from minidl.distributed.parameter_server.protocol import check_roles
+from minidl.nn.container import Sequential
 from minidl.nn.module import Module
 from minidl.train.strategies.base import Strategy, reseed_per_rank
 
@@ -87,7 +88,8 @@ class ParameterServer(LocalSGD):
         super().__init__(ctx, args)
 
     def build(self, task: Any, model: Module) -> None:
-        self.model, self.net, self.base, self.params = model, model, None, list(model.parameters())
+        self.model, self.base, self.params = model, None, list(model.parameters())
+        self.net = Sequential(*(unit for _, unit in task.chain(model)))
         if not self.serves:
             reseed_per_rank(self.args.seed, self.ctx.rank)
             a = self.args
