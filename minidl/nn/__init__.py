@@ -6,6 +6,7 @@ from minidl.nn.container import Flatten, Identity, Sequential
 from minidl.nn.conv import Conv2d
 from minidl.nn.dropout import Dropout
 from minidl.nn.embedding import Embedding
+from minidl.nn.ghost_norm import GhostBatchNorm2d
 from minidl.nn.linear import Linear
 from minidl.nn.loss import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss, NLLLoss
 from minidl.nn.module import Module, Parameter, StateDictError
@@ -28,6 +29,7 @@ __all__ = [
     "BasicBlock",
     "BatchNorm1d",
     "BatchNorm2d",
+    "GhostBatchNorm2d",
     "Conv2d",
     "CrossEntropyLoss",
     "Dropout",

@@ -47,6 +47,8 @@ MODE_FLAGS: tuple[tuple[str, str, Any, tuple[str, ...], str], ...] = (
     ("--zero-stage", "zero_stage", None, ("zero",), "only ZeRO shards the model's state"),
     ("--timeline", "timeline", None, ("data", "zero"), "the timeline records data-parallel steps"),
     ("--precision", "precision", "fp32", ("none", "data", "zero"), "mixed precision is emulated in these modes"),
+    ("--lr-scaling", "lr_scaling", "none", ("none", "data", "zero"), "the global batch is batch x ranks only here"),
+    ("--base-batch", "base_batch", None, ("none", "data", "zero"), "it is the base of --lr-scaling"),
     ("--servers", "servers", 1, ("ps",), "only a parameter server has servers"),
     ("--async", "asynchronous", False, ("ps",), "only a parameter server applies gradients asynchronously"),
     ("--fetch-every", "fetch_every", 1, ("ps",), "only parameter-server workers fetch parameters"),
@@ -76,7 +78,9 @@ def check_numbers(args: argparse.Namespace) -> None:
         value = getattr(args, name, None)
         if value is not None and not (math.isfinite(value) and value > 0):
             raise UsageError(f"{flag(name)} must be a finite number > 0, got {value}")
-    for name in ("fusion_mb", "momentum", "weight_decay"):
+    if getattr(args, "base_batch", None) is not None and getattr(args, "lr_scaling", "none") != "linear":
+        raise UsageError("--base-batch needs --lr-scaling linear (it is the batch the rate is scaled from)")
+    for name in ("fusion_mb", "momentum", "weight_decay", "warmup_epochs"):
         value = getattr(args, name, None)
         if value is not None and not (math.isfinite(value) and value >= 0):
             raise UsageError(f"{flag(name)} must be a finite number >= 0, got {value}")

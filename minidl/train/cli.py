@@ -73,6 +73,11 @@ FLAGS: dict[str, list[tuple[str, dict[str, Any]]]] = {  # group -> (flag, add_ar
         ),
         ("--quick", {"action": "store_true", "help": "tiny data and model: finishes in seconds (tests)"}),
     ],
+    "large batches (Goyal et al. 2017)": [
+        ("--lr-scaling", {"choices": ("none", "linear"), "default": "none", "help": "linear: lr x global/base batch"}),
+        ("--base-batch", PINT | {"metavar": "N", "help": "the global batch --lr is tuned for (the preset's batch)"}),
+        ("--warmup-epochs", {"type": float, "metavar": "K", "help": "ramp the lr up linearly over K epochs"}),
+    ],
     "parallelism (run under mpiexec -n P)": [
         ("--allreduce", {"choices": dist.ALGORITHMS, "default": "ring", "help": "allreduce algorithm (default ring)"}),
         ("--fusion-mb", {"type": float, "default": 64.0, "help": "gradient MiB per allreduce (0: one per tensor)"}),

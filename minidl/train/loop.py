@@ -2,7 +2,7 @@
 
     for each epoch:                              (until --max-steps or the last epoch)
         for each batch of this rank's share:     (task.batches: the LM's windows carry their LSTM state)
-            set the learning rate                (task.lr: a function of the step)
+            set the learning rate                (task.lr of the step; --lr-scaling, --warmup-epochs)
             strategy.train_step(task, batch)     (forward, loss, backward, clip, update: the mode's own)
             every --log-every steps: a progress line (and a JSON record)
         evaluate, print, checkpoint              (what the task and the mode do at an epoch's end)
@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from minidl.train import checkpoints
+from minidl.train.large_batch import large_batch_lr
 from minidl.train.progress import Progress, scalars
 from minidl.train.strategies import Position, Strategy
 
@@ -100,7 +101,7 @@ def train_epochs(task: Any, strategy: Strategy, args: Any, preset: str, pos: Pos
     """The epochs from ``pos`` on (a resumed run skips the windows it already trained on)."""
     while pos.step < log.total:
         for batch in task.batches(pos.epoch, pos.window):
-            log.lr = task.lr(pos.step, log.spe)
+            log.lr = large_batch_lr(task, args, preset, strategy.ctx.size, pos.step, log.spe)
             strategy.set_lr(log.lr)
             loss = strategy.train_step(task, batch)
             pos.window, pos.step = pos.window + 1, pos.step + 1

@@ -1,0 +1,38 @@
+"""Hierarchical allreduce on simulated ranks: equal to NumPy's sum, bitwise the same on every rank."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import collectives
+from collectives.hierarchical import hierarchical_allreduce
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    layout=st.sampled_from([(4, 2), (6, 2), (6, 3), (4, 1), (4, 4), (2, 2)]),
+    n=st.integers(1, 40),
+    seed=st.integers(0, 2**16),
+    op=st.sampled_from(["sum", "max"]),
+)
+def test_matches_numpy_and_every_rank_agrees(layout, n, seed, op):
+    p, k = layout
+    xs = np.random.default_rng(seed).standard_normal((p, n))
+    out = collectives.simulate(p, lambda comm: hierarchical_allreduce(comm, xs[comm.Get_rank()], op, ranks_per_node=k))
+    want = xs.sum(axis=0) if op == "sum" else xs.max(axis=0)
+    np.testing.assert_allclose(out[0], want, rtol=1e-12, atol=1e-12)
+    assert all(np.array_equal(o, out[0]) for o in out)
+
+
+def test_shape_and_integer_dtype_are_kept():
+    xs = np.arange(6 * 2 * 3, dtype=np.int64).reshape(6, 2, 3)
+    out = collectives.simulate(6, lambda comm: hierarchical_allreduce(comm, xs[comm.Get_rank()], ranks_per_node=3))
+    assert out[0].dtype == np.int64 and out[0].shape == (2, 3) and np.array_equal(out[5], xs.sum(axis=0))
+
+
+def test_nodes_of_unequal_size_and_bad_groupings_are_refused():
+    with pytest.raises(ValueError, match="ranks_per_node=4 must divide the 6 ranks"):
+        collectives.simulate(6, lambda comm: hierarchical_allreduce(comm, np.ones(3), ranks_per_node=4))
