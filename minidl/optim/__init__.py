@@ -8,4 +8,14 @@ from minidl.optim.lars import LARS, exclude_bias_and_norm
 from minidl.optim.optimizer import Optimizer
 from minidl.optim.sgd import SGD
 
-__all__ = ["SGD", "LARS", "LAMB", "Adam", "AdamW", "Optimizer", "clip_grad_norm", "exclude_bias_and_norm", "lr_scheduler"]
+__all__ = [
+    "SGD",
+    "LARS",
+    "LAMB",
+    "Adam",
+    "AdamW",
+    "Optimizer",
+    "clip_grad_norm",
+    "exclude_bias_and_norm",
+    "lr_scheduler",
+]
