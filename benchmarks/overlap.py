@@ -6,7 +6,7 @@ backward pass goes on; what the step still waits for is the *exposed* communicat
     mpiexec -n P python -m minidl.train lm|cnn --quick --parallel data [--overlap] --timeline FILE --max-steps N
 
 and the share is read from its trace (``minidl.distributed.timeline.load``): the time during which an allreduce (on
-any thread) or a ``wait`` runs while the main thread is not in the forward, backward or update, over the time from
+any thread) or a ``wait`` runs while the main thread is not in the forward or backward, over the time from
 each step's forward start to its update's end; steps after the first, all ranks together. Buckets of
 ``--fusion-mb`` 0.1 MiB (the quick models' gradients are well under the default 64 MiB: one bucket, ready only
 when the backward ends, could not overlap anything). Settings
@@ -33,7 +33,7 @@ import numpy as np  # noqa: E402
 
 from minidl.distributed.timeline import load  # noqa: E402
 
-COMPUTE = ("forward", "backward", "update")  # main-thread spans that are not communication
+COMPUTE = ("forward", "backward")  # main-thread compute spans (the update span may hold the synchronize)
 
 
 def merged(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -51,7 +51,7 @@ def exposed_share(events: list[dict]) -> tuple[float, float]:
     """(exposed communication / step time, mean step time in ms) over steps after the first, all ranks.
 
     Exposed: the time in a step during which some allreduce (on any thread) or a ``wait`` runs while the main
-    thread is not in the forward, the backward or the update: communication the step had to sit through."""
+    thread is not in the forward or the backward: communication the step had to sit through."""
     exposed = total = 0.0
     steps = 0
     for rank in sorted({e["pid"] for e in events}):
