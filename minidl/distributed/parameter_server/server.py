@@ -259,8 +259,10 @@ class ParameterServer:
             self._record(w, 0, start)
         self._apply([pending[w] for w in self.active], 1.0 / len(self.active))
         self.stats.rounds += 1
+        now = time.perf_counter()
         for w in self.active:
             self._reply(w, ACCEPTED, with_params=True)
+            self.last_seen[w] = now  # a worker that waited for this reply was not silent: its clock restarts
 
     def _record(self, worker: int, staleness: int, start: float) -> None:
         self.stats.updates += 1
