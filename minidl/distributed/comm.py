@@ -185,3 +185,16 @@ def install_excepthook(comm: Any = None) -> None:
 
     sys.excepthook = hook
     threading.excepthook = thread_hook
+
+
+class SingleProcess:
+    """A one-rank communicator without MPI: enough of mpi4py's for a serial run's checkpoints and a fusion plan."""
+
+    def Get_rank(self) -> int:  # noqa: N802 - mpi4py's names
+        return 0
+
+    def Get_size(self) -> int:  # noqa: N802
+        return 1
+
+    def Barrier(self) -> None:  # noqa: N802
+        pass

@@ -34,6 +34,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 import minidl.distributed as dist
+from minidl.distributed.comm import SingleProcess
 from minidl.distributed.data_parallel import fusion  # pack / unpack: DistributedOptimizer's own copies
 from minidl.nn.module import Module
 from minidl.optim.optimizer import Optimizer
@@ -176,22 +177,9 @@ def gradient_clock() -> Iterator[dict[int, float]]:
         _autograd.accumulate_grad = original
 
 
-class OneRank:
-    """A one-rank communicator: enough for ``DistributedOptimizer``'s fusion plan and its pack / unpack."""
-
-    def Get_rank(self) -> int:  # noqa: N802 - mpi4py's names
-        return 0
-
-    def Get_size(self) -> int:  # noqa: N802
-        return 1
-
-    def Barrier(self) -> None:  # noqa: N802
-        pass
-
-
 def fusion_plan(optimizer: Optimizer, fusion_bytes: int) -> list[Any]:
     """The buckets ``DistributedOptimizer`` packs for ``optimizer``'s parameters (the trainer's plan)."""
-    return dist.DistributedOptimizer(optimizer, fusion_bytes=fusion_bytes, comm=OneRank()).buckets
+    return dist.DistributedOptimizer(optimizer, fusion_bytes=fusion_bytes, comm=SingleProcess()).buckets
 
 
 def _one_step(

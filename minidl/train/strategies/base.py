@@ -25,22 +25,10 @@ import numpy as np
 import minidl
 import minidl.distributed as dist
 from minidl import amp, optim
+from minidl.distributed.comm import SingleProcess  # noqa: F401  (re-exported: the serial run's communicator)
 from minidl.nn.container import Sequential
 from minidl.nn.module import Module
 from minidl.train.checks import check_resume_settings, position_units
-
-
-class SingleProcess:
-    """The communicator of a serial run: enough of mpi4py's for the checkpoint functions, and no MPI."""
-
-    def Get_rank(self) -> int:  # noqa: N802 - mpi4py's names
-        return 0
-
-    def Get_size(self) -> int:  # noqa: N802
-        return 1
-
-    def Barrier(self) -> None:  # noqa: N802
-        pass
 
 
 @dataclass
