@@ -58,6 +58,25 @@ def test_checkpoint_resumes_at_another_size(tmp_path):
         assert worst <= 1e-12, (p, q, worst)
 
 
+def test_resume_at_another_size_accumulates_passes(tmp_path):
+    """--batch-size b' with Q*b' < the checkpoint's global batch G: each step runs G/(Q*b') accumulated passes (a
+    carried LSTM state per pass) and ends where the uninterrupted run ends; a checkpoint the accumulating run writes
+    (its passes' states joined) resumes at P again and still ends there."""
+    for p, q, batch, per_pass in ((4, 2, 5, 5), (2, 3, 6, 2), (3, 1, 4, 4)):
+        full = tmp_path / f"full{p}.npz"
+        train(p, "--batch-size", str(batch), "--max-steps", "12", "--save", str(full), "--save-every", "4")
+        mid = tmp_path / f"mid{p}{q}.npz"
+        resume = ["--resume", str(tmp_path / f"full{p}.step00000004.npz")]
+        out = train(q, "--batch-size", str(per_pass), "--max-steps", "8", "--save", str(mid), *resume)
+        passes = p * batch // (q * per_pass)
+        assert f"{p * batch // q} per rank, as {passes} accumulated passes of {per_pass}, keeps" in out
+        back = tmp_path / f"back{p}{q}.npz"
+        train(p, "--batch-size", str(batch), "--max-steps", "12", "--save", str(back), "--resume", str(mid))
+        a, b = params(full), params(back)
+        worst = max(float(np.max(np.abs(a[k] - b[k]))) for k in a)
+        assert worst <= 1e-12, (p, q, worst)
+
+
 def test_resize_that_cannot_split_the_batch_is_refused(tmp_path):
     train(2, "--batch-size", "5", "--max-steps", "4", "--save", str(tmp_path / "a.npz"), "--save-every", "4")
     proc = call(
@@ -81,6 +100,36 @@ def launch(min_ranks: int, save: Path) -> str:
 
 def perplexity(out: str) -> str:
     return re.search(r"test perplexity (\S+)", out.split("minidl.launch: restart")[-1]).group(1)
+
+
+def test_cnn_resume_accumulating_is_bitwise(tmp_path):
+    """The CNN at 2 -> 1 with its per-rank batch kept: pass k is saved rank k's examples, batch norm normalizes
+    over the same groups and updates its running statistics on pass 0 only, so rank 0's model is bitwise the same."""
+    cnn = ["-m", "minidl.train", "cnn", "--quick", "--dtype", "float64", "--log-every", "1000", "--batch-size", "4"]
+    full, resumed = tmp_path / "full.npz", tmp_path / "res.npz"
+    proc = call(
+        [MPIEXEC, "-n", "2", sys.executable, *cnn, "--parallel", "data", "--max-steps", "8", "--save", str(full)]
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    call(
+        [MPIEXEC, "-n", "2", sys.executable, *cnn, "--parallel", "data", "--max-steps", "4", "--save", str(full) + "4"]
+    )
+    proc = call([sys.executable, *cnn, "--max-steps", "8", "--save", str(resumed), "--resume", str(full) + "4"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "8 per rank, as 2 accumulated passes of 4, keeps the global batch 8" in proc.stdout
+    a, b = params(full), params(resumed)
+    assert all(np.array_equal(a[k], b[k]) for k in a), [k for k in a if not np.array_equal(a[k], b[k])]
+
+
+def test_accumulating_resume_refusals(tmp_path):
+    train(2, "--batch-size", "5", "--max-steps", "4", "--save", str(tmp_path / "a.npz"))
+    for flags, message in (
+        (["--batch-size", "3"], "global batch of 10 (2 ranks) cannot be split into 1 equal per-rank batches of "),
+        (["--batch-size", "5", "--overlap"], "2 accumulated passes per step with --overlap"),
+    ):
+        mode = ["--parallel", "data"] if "--overlap" in flags else []
+        proc = call([sys.executable, *TRAIN, *mode, "--max-steps", "8", "--resume", str(tmp_path / "a.npz"), *flags])
+        assert proc.returncode != 0 and message in proc.stdout + proc.stderr, proc.stdout + proc.stderr
 
 
 def test_launcher_restarts_a_killed_rank_on_fewer_ranks(tmp_path):

@@ -37,7 +37,8 @@ A data-parallel SyncBatchNorm needs the statistics of the union of the ranks' ba
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 import numpy as np
@@ -305,6 +306,20 @@ class _BatchNorm(Module):
             f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
             f"track_running_stats={self.track_running_stats}"
         )
+
+
+@contextlib.contextmanager
+def running_stats_frozen(module: Module, frozen: bool = True) -> Iterator[None]:
+    """Within: the batch norms of ``module`` still normalize by the batch's statistics in training mode but do
+    not update their running ones (an accumulated micro-batch after the first: one update per step)."""
+    norms = [m for m in module.modules() if isinstance(m, _BatchNorm) and m.track_running_stats] if frozen else []
+    for m in norms:
+        m.track_running_stats = False
+    try:
+        yield
+    finally:
+        for m in norms:
+            m.track_running_stats = True
 
 
 class BatchNorm1d(_BatchNorm):

@@ -37,6 +37,7 @@ from minidl import nn, optim
 from minidl.data.idx import load_mnist
 from minidl.data.images import generated_images
 from minidl.models.resnet import CNN_PRESETS, CNNConfig
+from minidl.nn.norm import running_stats_frozen
 from minidl.train import cli
 from minidl.train.loop import Task
 
@@ -122,9 +123,11 @@ class CNNTask(Task):
         self.sampler.set_epoch(epoch - 1)
         return ((self.data.x_train[i], self.data.y_train[i]) for i in itertools.islice(self.sampler, start, None))
 
-    def forward(self, net: Any, batch: tuple, again: bool = False) -> Any:
-        self.out = net(minidl.tensor(batch[0].astype(minidl.get_default_dtype(), copy=False)))
-        return self.out
+    def forward(self, net: Any, batch: tuple, again: bool = False, start: bool = True) -> Any:
+        with running_stats_frozen(net, frozen=not start):  # one running-statistics update per step, from pass 0
+            out = net(minidl.tensor(batch[0].astype(minidl.get_default_dtype(), copy=False)))
+        self.logits = out.data if start else np.concatenate([self.logits, out.data])  # the step's, for tally
+        return out
 
     def criterion(self, out: Any, batch: tuple) -> Any:
         y = batch[1]
@@ -137,7 +140,7 @@ class CNNTask(Task):
 
     def tally(self, loss: float, batch: tuple) -> np.ndarray:
         n = len(batch[1])
-        return np.array([loss * n, correct(self.multilabel, self.out.data, batch[1]).mean() * n, n])
+        return np.array([loss * n, correct(self.multilabel, self.logits, batch[1]).mean() * n, n])
 
     def train_record(self, sums: np.ndarray) -> dict[str, float]:
         return {"loss": float(sums[0] / max(sums[2], 1)), "accuracy": float(sums[1] / max(sums[2], 1))}

@@ -66,6 +66,7 @@ class LMTask(Task):
     name, unit, modes = "lm", "words", ("data", "zero", "model", "tensor", "pipeline", "ps", "local-sgd")
     PRESETS, OVERRIDES, lines_per_epoch, epoch_split, evaluates_last_epoch = PRESETS, OVERRIDES, 10, "valid", True
     history_keys, split_softmax = ("ppl",), True  # tensor parallel: the softmax split by vocabulary
+    batch_axis = 1  # windows are [T, B]: micro-batches are groups of streams
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -126,9 +127,11 @@ class LMTask(Task):
             u.reset()
         return itertools.islice(bptt_batches(self.train, self.cfg.num_steps), start, None)
 
-    def forward(self, net: Any, batch: tuple, again: bool = False) -> Any:
-        """Logits of a window from the carried state (``again``: once more from the window's start state)."""
-        self.start_window(again)
+    def forward(self, net: Any, batch: tuple, again: bool = False, start: bool = True) -> Any:
+        """Logits of a window from the carried state (``again``: once more from the window's start state;
+        ``start=False``: the next micro-batch of the same window, on the next carried slot)."""
+        if start:
+            self.start_window(again)
         return net(batch[0])
 
     def criterion(self, out: Any, batch: tuple) -> Any:
@@ -190,9 +193,12 @@ class LMTask(Task):
         )
 
     def carried_state(self) -> dict[str, np.ndarray]:
-        """Each layer's (h, c) [L, B, H] (one slot: checkpoints are written by the modes without pipelining)."""
-        states = [u.states[0] for u in self.recurrent]
-        return {} if None in states else {k: np.stack([s[i].data for s in states]) for i, k in enumerate("hc")}
+        """Each layer's (h, c) [L, B, H], the slots' streams joined in order (slot k holds streams k*B/m ..)."""
+        slots = [[s[i].data for s in u.states] for u in self.recurrent for i in (0, 1) if None not in u.states]
+        if len(slots) < 2 * len(self.recurrent):
+            return {}
+        joined = [np.concatenate(s, axis=0) for s in slots]  # [B, H] per layer and state
+        return {k: np.stack(joined[i::2]) for i, k in enumerate("hc")}
 
     def reshard_state(self, states: list[dict[str, Any]], size: int) -> list[dict[str, Any]]:
         """The LSTM state [layers, B, H] of P ranks' contiguous streams, joined in global stream order and cut
@@ -204,10 +210,13 @@ class LMTask(Task):
         return [{k: parts[k][r] for k in "hc"} for r in range(size)]
 
     def restore_state(self, saved: dict[str, np.ndarray]) -> None:
+        """The carried (h, c) [L, B, H] back into the layers, cut into their slots' groups of streams."""
         dtype = minidl.get_default_dtype()
         for k, u in enumerate(self.recurrent):
             u.reset()
-            u.states = [tuple(minidl.tensor(saved[x][k].astype(dtype)) for x in "hc")] if saved else [None]
+            if saved:
+                parts = [np.split(saved[x][k].astype(dtype), u.slots, axis=0) for x in "hc"]
+                u.states = [(minidl.tensor(h), minidl.tensor(c)) for h, c in zip(*parts)]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -18,6 +18,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import numpy as np
+
 from minidl.train import checkpoints
 from minidl.train.large_batch import large_batch_lr
 from minidl.train.progress import Progress, scalars
@@ -40,7 +42,16 @@ class Task:
         """A new batch begins (``again``: the same one, once more): where a task carries state, it moves on."""
 
     def set_slots(self, slots: int) -> None:
-        """Carry ``slots`` states per batch, one per micro-batch of a pipeline."""
+        """Carry ``slots`` states per batch, one per micro-batch (of a pipeline, or accumulated passes)."""
+
+    batch_axis = 0  # the axis of a batch's arrays that runs over examples (the LM's: streams)
+
+    def split(self, batch: Any, parts: int) -> list[Any]:
+        """``batch`` as ``parts`` equal micro-batches along ``batch_axis`` (itself when ``parts`` is 1)."""
+        if parts == 1:
+            return [batch]
+        pieces = [np.split(a, parts, axis=self.batch_axis) for a in batch]
+        return [tuple(p[k] for p in pieces) for k in range(parts)]
 
     def items(self, batch: Any) -> int:
         """Words (or images) in a batch: the unit of throughput."""

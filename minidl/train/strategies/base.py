@@ -73,6 +73,7 @@ class Strategy:
         self.shard = (0, 1)  # this rank's share of the training data: (index, count)
         self.eval_share = (ctx.rank, ctx.size)  # and of the evaluation data (every rank holds the model)
         self.replicas, self.min_streams = 1, 1
+        self.passes = 1  # backward passes per step: > 1 only to resume another size's global batch (plan_resume)
         self.reports = True  # this rank's loss counts in the reported loss
         self.log_rank = 0  # the rank that prints progress
         self.timeline: Any = None  # a dist.Timeline with --timeline (data-parallel modes)
@@ -85,6 +86,8 @@ class Strategy:
         self.params = list(model.parameters())
         self.base = task.optimizer(self.params)  # the local optimizer (learning rates are set on it)
         self.opt: Any = self.base
+        if self.passes > 1:
+            task.set_slots(self.passes)  # a carried state (LSTM) per pass
 
     def describe(self) -> list[str]:
         return []
@@ -102,19 +105,27 @@ class Strategy:
             optim.clip_grad_norm(self.params, max_norm)
 
     def train_step(self, task: Any, batch: Any) -> float | None:
-        """One optimizer step on ``batch``; returns this rank's loss (None where there is none)."""
-        with self.span("forward"), amp.autocast(self.precision):
-            out = task.forward(self.net, batch)
-            loss = self.criterion(task, out, batch)
+        """One optimizer step on ``batch``; returns this rank's loss (None where there is none). With
+        ``passes`` = A > 1 (a resume at another size, ``plan_resume``) the batch runs as A equal micro-batches whose
+        gradients add up (each loss / A): the gradient of the whole batch's mean loss, in 1/A of the memory."""
         self.opt.zero_grad()
-        with self.span("backward"):
-            (out if loss is None else self.scaled(loss)).backward()
+        losses = [self.backward_pass(task, part, k) for k, part in enumerate(task.split(batch, self.passes))]
+        loss = None if losses[0] is None else float(np.mean(losses))
         if self.scaler is not None and not self.unscale():
-            return None if loss is None else float(loss.data)  # skipped: a gradient was inf or NaN on some rank
+            return loss  # skipped: a gradient was inf or NaN on some rank
         with self.span("clip"):
             self.clip(task.max_grad_norm)
         with self.span("update"):
             self.update(task, batch)
+        return loss
+
+    def backward_pass(self, task: Any, batch: Any, k: int) -> float | None:
+        """Forward and backward of pass ``k`` of a step (pass 0 starts the window; pass k runs on carried slot k)."""
+        with self.span("forward"), amp.autocast(self.precision):
+            out = task.forward(self.net, batch, start=k == 0)
+            loss = self.criterion(task, out, batch)
+        with self.span("backward"):
+            (out if loss is None else self.scaled(loss if self.passes == 1 else loss * (1.0 / self.passes))).backward()
         return None if loss is None else float(loss.data)
 
     def scaled(self, loss: Any) -> Any:
@@ -196,16 +207,26 @@ class Strategy:
             raise ValueError(
                 f"--resume {path}: written by {saved} ranks; --parallel {self.args.parallel} resumes only at that size"
             )
-        if global_batch == task.cfg.batch_size * size:
-            pass  # this run's per-rank batch already keeps the global one
-        elif global_batch % size or (self.args.batch_size and self.args.batch_size * size != global_batch):
+        per_pass = self.args.batch_size or global_batch // size  # --batch-size: what one pass may hold
+        if global_batch % (size * per_pass):
+            given = (
+                f" of --batch-size {self.args.batch_size} (nor into whole passes of it)" if self.args.batch_size else ""
+            )
             raise ValueError(
                 f"--resume {path}: the checkpoint's global batch of {global_batch} ({saved} ranks) cannot be split "
-                f"into {size} equal per-rank batches{' of --batch-size ' + str(self.args.batch_size) if self.args.batch_size else ''}"
+                f"into {size} equal per-rank batches{given}"
             )
-        task.cfg = task.cfg.with_(batch_size=global_batch // size)
+        self.passes = global_batch // (size * per_pass)
+        if self.passes > 1 and getattr(self.args, "overlap", False):
+            raise ValueError(
+                f"--resume {path}: {self.passes} accumulated passes per step with --overlap: the buckets would be "
+                f"sent after the first pass (drop --overlap, or --batch-size {global_batch // size} for one pass)"
+            )
+        task.cfg = task.cfg.with_(batch_size=global_batch // size)  # this rank's share of the data, as before
+        passes = f", as {self.passes} accumulated passes of {per_pass}," if self.passes > 1 else ""
         self.ctx.log(
-            f"resuming a {saved}-rank checkpoint at {size} ranks: {global_batch // size} per rank keeps the global batch {global_batch}"
+            f"resuming a {saved}-rank checkpoint at {size} ranks: {global_batch // size} per rank{passes} keeps the "
+            f"global batch {global_batch}"
         )
 
     def reshard(self, task: Any, states: list[dict[str, Any]], size: int) -> list[dict[str, Any]]:
