@@ -150,3 +150,31 @@ def test_launcher_restarts_on_as_many_ranks(tmp_path):
     assert perplexity(out) == perplexity(whole)
     a, b = params(save), params(tmp_path / "whole.npz")
     assert all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_launcher_under_slurm_runs_srun_on_the_allocation(tmp_path):
+    """Inside an allocation (SLURM_JOB_ID set, srun on PATH) the launcher starts each attempt with srun over the
+    allocation's nodes; a stand-in srun logs its arguments and runs the ranks under mpiexec."""
+    log, srun = tmp_path / "srun.log", tmp_path / "bin" / "srun"
+    srun.parent.mkdir()
+    srun.write_text(
+        "#!/bin/sh\n"
+        f'echo "$@" >> {log}\n'
+        'for a in "$@"; do case $a in --ntasks=*) n=${a#--ntasks=}; shift;; --*) shift;; *) break;; esac; done\n'
+        f'exec {MPIEXEC} -n "$n" "$@"\n'
+    )
+    srun.chmod(0o755)
+    env = {**ENV, "SLURM_JOB_ID": "7", "SLURM_NNODES": "2", "PATH": f"{srun.parent}{os.pathsep}{ENV['PATH']}"}
+    save = tmp_path / "lm.npz"
+    command = [sys.executable, "-m", "minidl.launch", "-n", "3", "--min-ranks", "2", "--", sys.executable, *TRAIN]
+    command += ["--parallel", "data", "--max-steps", "30", "--save", str(save), "--save-every", "10"]
+    proc = subprocess.run(
+        [*command, "--inject-failure", "2:25"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    calls = [line.split()[:3] for line in log.read_text().splitlines()]
+    assert calls == [
+        ["--nodes=2", "--ntasks=3", "--kill-on-bad-exit=1"],
+        ["--nodes=2", "--ntasks=2", "--kill-on-bad-exit=1"],
+    ], calls
+    assert "minidl.launch: restart 1/3 on 2 ranks from" in proc.stdout and "test perplexity" in proc.stdout
