@@ -19,10 +19,13 @@ import numpy as np
 import minidl
 import minidl.distributed as dist
 from minidl.distributed.pipeline.schedule import SCHEDULES
-from minidl.train.checks import train_timeout, validate_or_exit
+from minidl.distributed.timeout import train_timeout
+from minidl.distributed.usage import launch_rank, validate_or_exit
+from minidl.train.checks import check_args
 from minidl.train.loop import fit
 from minidl.train.strategies import STRATEGIES, Context, SingleProcess
-from minidl.train.strategies.base import refuse
+
+PROG = "python -m minidl.train"
 
 
 def positive_int(text: str) -> int:
@@ -123,7 +126,7 @@ FLAGS: dict[str, list[tuple[str, dict[str, Any]]]] = {  # group -> (flag, add_ar
 
 def build_parser(task: Any) -> argparse.ArgumentParser:
     """The flags of program ``task`` (a task class): its own, the run's, the ``--parallel`` modes'."""
-    parser = argparse.ArgumentParser(prog=f"python -m minidl.train {task.name}", description=task.__doc__)
+    parser = argparse.ArgumentParser(prog=f"{PROG} {task.name}", description=task.__doc__)
     parser.add_argument("--preset", choices=sorted(task.PRESETS), help="settings (default: demo; quick with --quick)")
     task.add_arguments(parser)
     modes = "; ".join(
@@ -148,25 +151,18 @@ def resolve(task: Any, args: argparse.Namespace) -> tuple[str, Any]:
     return preset, task.PRESETS[preset].with_(**changes)
 
 
-def check_flags(args: argparse.Namespace) -> None:
-    """Flags that contradict each other: a one-line error before any work."""
-    if args.staleness_bound is not None and not args.asynchronous:
-        raise SystemExit("--staleness-bound needs --async (a synchronous parameter server is never stale)")
-    refuse(STRATEGIES[args.parallel], args)
-
-
 def run(task_class: Any, argv: list[str] | None = None) -> dict[str, Any]:
     """Parse ``argv`` (the flags after ``lm``/``cnn``), train, and return the run's numbers and final parameters."""
     args = build_parser(task_class).parse_args(argv)
     preset, cfg = resolve(task_class, args)
     if args.print_config:
         settings = {"program": task_class.name, "preset": preset, "config": cfg.as_dict(), "flags": vars(args)}
-        launched = os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0"))  # under mpiexec: rank 0
-        if launched == "0":
+        if launch_rank() == 0:  # under mpiexec: rank 0 prints
             print(json.dumps(settings, indent=2))
         return settings
-    validate_or_exit(args)  # every flag checked before anything is built: one line and exit 2 (train/checks.py)
-    check_flags(args)
+    validate_or_exit(args, check_args, PROG)  # every flag checked before anything is built: one line and exit 2
+    if args.staleness_bound is not None and not args.asynchronous:
+        raise SystemExit("--staleness-bound needs --async (a synchronous parameter server is never stale)")
     minidl.manual_seed(args.seed)
     minidl.set_default_dtype(np.float64 if args.dtype == "float64" else np.float32)
     if args.parallel == "none":
