@@ -6,9 +6,9 @@ Gitman & Ginsburg, "Large Batch Training of Convolutional Networks", 2017 (LARS)
 generalize better", 2017 (ghost batch norm). The network is the CNN task's ResNet-8 (width 4) on the generated
 multi-label shapes at 16 x 16; every run sees the same number of images (a fixed epoch budget), so a larger batch
 takes fewer, larger steps. A global batch B = ranks x images per rank x accumulated passes is computed on one process
-by gradient accumulation over micro-batches of 64 (``minidl.train.batch_study``: the same summed gradient as P
-ranks' allreduce; batch norm per micro-batch, as per rank). One seed per setting (``--seeds`` for more: the median
-and the spread are printed); peak memory is the process's maximum resident set.
+by gradient accumulation over micro-batches of 64 (``large_batch_study.py`` beside this file: the same summed
+gradient as P ranks' allreduce; batch norm per micro-batch, as per rank). One seed per setting (``--seeds`` for
+more: the median and the spread are printed); peak memory is the process's maximum resident set.
 
     python benchmarks/large_batch.py [--quick] [--batches 64,512,4096,8192] [--epochs 4] [--train 8192]
 """
@@ -24,8 +24,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
-
-from minidl.train.batch_study import RECIPES, images, norm_study, sweep  # noqa: E402
+from large_batch_study import RECIPES, images, norm_study, sweep  # noqa: E402
 
 
 def main() -> None:

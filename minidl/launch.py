@@ -32,7 +32,7 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from minidl.train import checkpoints
+from minidl.distributed import checkpoint_schedule as checkpoints
 
 PROG = "python -m minidl.launch"
 SCHEDULE_FIELDS = ("batch_size", "epochs", "lr", "lr_decay", "decay_after", "warmup_epochs", "max_grad_norm")

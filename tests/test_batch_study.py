@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import pathlib
+import sys
+
 import numpy as np
 import pytest
 
 import minidl
 from minidl import nn
-from minidl.train.batch_study import Setting, accumulate, images, rate, train
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+from large_batch_study import Setting, accumulate, images, rate, train  # noqa: E402
 
 
 def test_accumulated_micro_batches_give_the_global_batch_gradient():

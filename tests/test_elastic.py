@@ -12,7 +12,8 @@ import pytest
 
 import minidl
 from minidl import launch
-from minidl.train import checkpoints, lm
+from minidl.distributed import checkpoint_schedule as checkpoints
+from minidl.train import lm
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = ["--quick", "--dtype", "float64", "--log-every", "1000"]

@@ -8,9 +8,9 @@ import re
 
 import pytest
 
+from minidl.optim.large_batch import scale_factor, warmup_ramp
 from minidl.train import lm
 from minidl.train.checks import UsageError, check_args
-from minidl.train.large_batch import scale_factor, warmup_ramp
 
 
 def test_linear_rule_scales_by_global_over_base_batch():

@@ -27,8 +27,8 @@
 #    dynamic scaling and in bf16 ends near fp32's perplexity.
 #
 # **How a global batch of 8192 runs on one machine.** Gradient accumulation on one process
-# (`minidl.train.batch_study`): the B images of a step are cut into micro-batches of 64, each one's mean loss is
-# scaled by 64 / B and backpropagated, and the gradients add up to the mean over the B images: the same gradient
+# (`benchmarks/large_batch_study.py`): the B images of a step are cut into micro-batches of 64, each one's mean
+# loss is scaled by 64 / B and backpropagated, and the gradients add up to the mean over the B images: the same gradient
 # that P ranks x b images x A passes of `DistributedOptimizer(backward_passes_per_step=A)` produce. Batch norm
 # normalizes each micro-batch on its own, as each rank would its own images. Every run sees the same number of
 # images (a fixed epoch budget): a larger batch takes fewer, larger steps.
@@ -48,7 +48,10 @@ import numpy as np
 from minidl import amp, nn, tutorial
 from minidl.distributed import timeline
 from minidl.train import lm
-from minidl.train.batch_study import RECIPES, Setting, images, norm_study, rate, sweep
+
+# the study (ResNet-8 at a global batch B by gradient accumulation) lives with the benchmark that runs it at scale
+sys.path.insert(0, str(tutorial.TUTORIALS.parent / "benchmarks"))
+from large_batch_study import RECIPES, Setting, images, norm_study, rate, sweep  # noqa: E402
 
 QUICK = tutorial.quick()
 BATCHES = [64, 512] if QUICK else [64, 512, 4096, 8192]

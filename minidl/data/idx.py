@@ -22,6 +22,8 @@ from typing import BinaryIO
 
 import numpy as np
 
+from minidl.data.images import ImageSet
+
 __all__ = ["IDXError", "load_idx", "save_idx", "load_mnist"]
 
 # dtype code -> big-endian NumPy dtype
@@ -167,3 +169,12 @@ def load_mnist(directory: str | Path, kind: str = "train") -> tuple[np.ndarray, 
     if images.shape[0] != labels.shape[0]:
         raise IDXError(f"{directory}: {images.shape[0]} images but {labels.shape[0]} labels")
     return images, labels
+
+
+def mnist_images(directory: str | Path) -> ImageSet:
+    """MNIST-format IDX files as single-label images: uint8 ``[N, 28, 28]`` -> float32 ``[N, 1, 28, 28]`` in
+    [0, 1], labels as class ids ``[N]`` int64."""
+    (x, y), (xt, yt) = load_mnist(directory, "train"), load_mnist(directory, "t10k")
+    prep = lambda a: (np.asarray(a, np.float32) / 255.0)[:, None]
+    y, yt, classes = y.astype(np.int64), yt.astype(np.int64), tuple(str(c) for c in range(int(y.max()) + 1))
+    return ImageSet(prep(x), y, prep(xt), yt, classes, f"IDX files in {directory}", multilabel=False)

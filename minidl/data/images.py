@@ -112,13 +112,16 @@ def make_shapes(
 
 @dataclass
 class ImageSet:
-    """Train and test images ``[N, C, H, W]`` float32 with multi-hot labels ``[N, K]`` float32."""
+    """Train and test images ``[N, C, H, W]`` float32 with multi-hot labels ``[N, K]`` float32 (``multilabel``),
+    or with class ids ``[N]`` int64 (``minidl.data.idx.mnist_images``)."""
 
     x_train: np.ndarray
     y_train: np.ndarray
     x_test: np.ndarray
     y_test: np.ndarray
     classes: tuple[str, ...]
+    name: str = "generated multi-label shapes"
+    multilabel: bool = True
 
     def __repr__(self) -> str:
         return (
@@ -143,7 +146,8 @@ def generated_images(config: str = "default", seed: int = 0, **overrides) -> Ima
     n_train, n_test = params.pop("n_train"), params.pop("n_test")
     x_train, y_train = make_shapes(n_train, seed=2 * seed, **params)
     x_test, y_test = make_shapes(n_test, seed=2 * seed + 1, **params)
-    return ImageSet(x_train, y_train, x_test, y_test, tuple(params.get("classes", SHAPE_CLASSES)))
+    classes = tuple(params.get("classes", SHAPE_CLASSES))
+    return ImageSet(x_train, y_train, x_test, y_test, classes, f"generated multi-label shapes ({config})")
 
 
 def batches(

@@ -36,7 +36,8 @@ Where each scheme lives
                         (an exception on any rank ends the job instead of hanging it)
 ``state.py``            start identical: ``broadcast_parameters``, ``broadcast_optimizer_state``,
                         ``broadcast_state`` and the wire format they use (JSON header + raw arrays, no pickle)
-``checkpoint.py``       ``save_checkpoint`` / ``load_checkpoint``: a resumed run continues bitwise
+``checkpoint.py``       ``save_checkpoint`` / ``load_checkpoint``: a resumed run continues bitwise;
+                        ``checkpoint_schedule.py``: ``--save-every`` files, pruning, ``--inject-failure``
 ``counting.py``         ``CountingComm``: messages and bytes each rank sends, and to whom
 ``data_parallel/``      the whole model on every rank: ``DistributedOptimizer``, ``allreduce``, fusion,
                         compression, ``StepTimings``, ``DistributedSampler``, ``SyncBatchNorm``, ``LocalSGD``
@@ -44,6 +45,9 @@ Where each scheme lives
                         layer-wise stages (layerwise.py), Megatron tensor parallelism (tensor_parallel.py)
 ``pipeline/``           micro-batches through the stages: ``Pipeline``, GPipe and 1F1B schedules, the bubble
 ``parameter_server/``   ``ParameterServer`` and ``PSWorker`` (synchronous, asynchronous, bounded staleness)
+``strategy.py``         how ``python -m minidl.train``'s one loop drives a scheme: the serial strategy here, each
+                        scheme's in its folder (``data_parallel/strategy.py``, ...); not imported by this package
+``usage.py``            a command-line mistake reported once per MPI job, and every rank given the same flags
 
 Every function takes an optional ``comm=``; ``None`` means the one ``init()`` stored (per thread, so
 the thread-ranks of ``collectives.simulate(P, fn)`` each call ``dist.init(comm)`` with their own).

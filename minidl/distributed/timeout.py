@@ -64,6 +64,12 @@ def timeout_from_env(default: float | None = None) -> float | None:
     return seconds
 
 
+def train_timeout() -> float | None:
+    """The communication timeout of ``python -m minidl.train``: MINIDL_COMM_TIMEOUT, else a few minutes (a step of
+    these models takes well under a second; a rank that waits minutes is waiting for a rank that is gone)."""
+    return timeout_from_env(DEFAULT_TRAIN_TIMEOUT)
+
+
 @contextlib.contextmanager
 def activity(what: str, step: int | None = None) -> Iterator[None]:
     """Name what this rank is doing (and at which step) for a timeout's message; activities nest."""

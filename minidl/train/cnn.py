@@ -25,7 +25,6 @@ import argparse
 import itertools
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -34,8 +33,8 @@ import minidl
 import minidl.distributed as dist
 import minidl.nn.functional as F
 from minidl import nn, optim
-from minidl.data.idx import load_mnist
-from minidl.data.images import generated_images
+from minidl.data.idx import mnist_images
+from minidl.data.images import ImageSet, generated_images
 from minidl.models.resnet import CNN_PRESETS, CNNConfig
 from minidl.nn.norm import running_stats_frozen
 from minidl.train import cli
@@ -45,30 +44,9 @@ PRESETS = CNN_PRESETS
 OVERRIDES = {f: f for f in ("depth", "width", "batch_size", "lr", "epochs", "momentum", "weight_decay")}
 
 
-@dataclass
-class Images:
-    """Images [N, C, H, W] float and their targets; multi-label: [N, K] 0/1, else [N] class ids."""
-
-    name: str
-    x_train: np.ndarray
-    y_train: np.ndarray
-    x_test: np.ndarray
-    y_test: np.ndarray
-    classes: tuple[str, ...]
-    multilabel: bool
-
-
-def load_images(args: argparse.Namespace, cfg: CNNConfig) -> Images:
-    if not args.data:
-        d = generated_images(cfg.images, seed=0)
-        name = f"generated multi-label shapes ({cfg.images})"
-        return Images(name, d.x_train, d.y_train, d.x_test, d.y_test, d.classes, True)
-    (x, y), (xt, yt) = load_mnist(args.data, "train"), load_mnist(args.data, "t10k")
-    prep = lambda a: (np.asarray(a, np.float32) / 255.0)[:, None]  # uint8 [N, 28, 28] -> [N, 1, 28, 28] in [0, 1]
-    labels = tuple(str(c) for c in range(int(y.max()) + 1))
-    return Images(
-        f"IDX files in {args.data}", prep(x), y.astype(np.int64), prep(xt), yt.astype(np.int64), labels, False
-    )
+def load_images(args: argparse.Namespace, cfg: CNNConfig) -> ImageSet:
+    """``--data DIR``: MNIST-format IDX files (10 classes), else the preset's generated multi-label shapes."""
+    return mnist_images(args.data) if args.data else generated_images(cfg.images, seed=0)
 
 
 def correct(multilabel: bool, logits: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -152,10 +130,8 @@ class CNNTask(Task):
     def evaluate(self, strategy: Any, split: str) -> dict[str, Any]:
         """Accuracy on the test split; each rank scores its contiguous share, the counts are summed."""
         (x, y), (r, p), size = (self.data.x_test, self.data.y_test), strategy.eval_share, self.args.eval_batch_size
-        n, sums = (
-            x.shape[0],
-            np.zeros((len(self.classes) if self.multilabel else 1) + 2),
-        )  # right per label, exact, loss
+        n = x.shape[0]
+        sums = np.zeros((len(self.classes) if self.multilabel else 1) + 2)  # right per label, exact, loss
         strategy.net.eval()
         with minidl.no_grad():
             for s in range(n * r // p, n * (r + 1) // p, size):
@@ -167,13 +143,8 @@ class CNNTask(Task):
         strategy.net.train()
         totals = strategy.ctx.sum(sums) / n
         per_label, exact, loss = totals[:-2], float(totals[-2]), float(totals[-1])
-        return {
-            "accuracy": float(per_label.mean()),
-            "per_label": per_label,
-            "exact": exact,
-            "loss": loss,
-            "multilabel": self.multilabel,
-        }
+        scores = {"accuracy": float(per_label.mean()), "per_label": per_label, "exact": exact, "loss": loss}
+        return scores | {"multilabel": self.multilabel}
 
     def eval_text(self, split: str, r: dict[str, Any]) -> tuple[float, str]:
         """The number the history keeps, and the text of an evaluation."""

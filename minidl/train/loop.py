@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from minidl.train import checkpoints
-from minidl.train.large_batch import large_batch_lr
-from minidl.train.progress import Progress, scalars
+from minidl.distributed import checkpoint_schedule
+from minidl.optim.large_batch import large_batch_lr
+from minidl.progress import Progress, scalars
 from minidl.train.strategies import Position, Strategy
 
 
@@ -138,9 +138,10 @@ def after_step(task: Any, strategy: Strategy, args: Any, preset: str, pos: Posit
     ``--inject-failure RANK:STEP``: that rank dies here, as a lost node would (once per job)."""
     every = getattr(args, "save_every", None)
     if every and pos.step % every == 0:
-        strategy.checkpoint(task, pos, preset, final=False, path=checkpoints.scheduled_path(args.save, pos.step))
+        path = checkpoint_schedule.scheduled_path(args.save, pos.step)
+        strategy.checkpoint(task, pos, preset, final=False, path=path)
         if strategy.ctx.rank == 0:
-            checkpoints.prune(args.save, args.keep)
+            checkpoint_schedule.prune(args.save, args.keep)
     failure = getattr(args, "inject_failure", None)
     if failure and failure == (strategy.ctx.rank, pos.step):
-        checkpoints.die(args.save, strategy.ctx.rank, pos.step)
+        checkpoint_schedule.die(args.save, strategy.ctx.rank, pos.step)

@@ -18,10 +18,10 @@ import numpy as np
 
 import minidl.distributed as dist
 from minidl.distributed.model_parallel.layerwise import clip_grad_norm_split, gather_state_dict, stage_ranges
+from minidl.distributed.model_parallel.strategy import ModelParallel
 from minidl.distributed.pipeline.schedule import bubble_formula, bubble_fraction
 from minidl.nn.container import Sequential
 from minidl.nn.module import Module
-from minidl.train.strategies.split import ModelParallel
 
 
 class PipelineParallel(ModelParallel):

@@ -25,15 +25,13 @@ import minidl
 import minidl.distributed as dist
 from minidl.distributed.model_parallel import layerwise as mp
 from minidl.distributed.model_parallel import tensor_parallel as tp
+from minidl.distributed.strategy import Strategy
 from minidl.nn.container import Sequential
 from minidl.nn.module import Module
-from minidl.train.strategies.base import Strategy
 
 
 class ModelParallel(Strategy):
     """consecutive units of the model on consecutive ranks."""
-
-    refuses = ("--resume", "--compression", "--sync-bn")
 
     def __init__(self, ctx: Any, args: Any):
         super().__init__(ctx, args)

@@ -10,6 +10,9 @@ A strategy decides, for the one training loop (``minidl.train.loop.fit``):
 
 The optimizers share one protocol, ``zero_grad()``, ``step(closure=None)``, ``finish()``
 (``Optimizer``, ``DistributedOptimizer``, ``LocalSGD``, ``PSWorker``), so no strategy asks which one it has.
+Each scheme's strategy sits in the scheme's folder (``data_parallel/strategy.py``, ...); the loop picks one
+by name from ``minidl.train.strategies.STRATEGIES``. Checkpoints record where the run stands in units of the
+global batch (``position_units``), so a run of P ranks resumes at Q (``plan_resume``, ``reshard``).
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ from minidl import amp, optim
 from minidl.distributed.comm import SingleProcess  # noqa: F401  (re-exported: the serial run's communicator)
 from minidl.nn.container import Sequential
 from minidl.nn.module import Module
-from minidl.train.checks import check_resume_settings, position_units
 
 
 @dataclass
@@ -63,7 +65,6 @@ class Position:
 class Strategy:
     """one process trains the whole model on every batch."""
 
-    refuses: tuple[str, ...] = ()  # flags this mode cannot honour (a one-line error names them)
     resizes = True  # a checkpoint of P ranks resumes at Q ranks (the same global batch, the same data order)
     serves = False  # True on a rank that serves requests instead of running the loop (parameter server)
     evaluates_each_epoch = True
@@ -268,14 +269,29 @@ def reseed_per_rank(seed: int, rank: int) -> None:
         minidl.manual_seed(int(np.random.SeedSequence([seed, rank]).generate_state(1)[0]))
 
 
-def refuse(strategy: Strategy, args: argparse.Namespace) -> None:
-    """A one-line error naming the flags ``--parallel`` mode cannot honour."""
-    given = {
-        "--resume": args.resume,
-        "--save": args.save,
-        "--compression": getattr(args, "compression", "none") != "none",
-        "--sync-bn": getattr(args, "sync_bn", False),
-    }
-    bad = [flag for flag in strategy.refuses if given.get(flag)]
-    if bad:
-        raise SystemExit(f"--parallel {args.parallel}: {', '.join(bad)} not supported in this mode")
+# what a saved data position (epoch, window or batch, step) counts in, and the flags that set it
+RESUME_SETTINGS = {
+    "num_steps": "--num-steps (the BPTT window: the saved position counts windows of this many words)",
+    "global_batch": "--batch-size x ranks (the global batch: the saved position counts global batches or streams)",
+}
+
+
+def position_units(cfg: Any, ranks: int) -> dict[str, int]:
+    """What a checkpoint's data position counts in for a run with config ``cfg`` on ``ranks`` ranks."""
+    units = {"global_batch": int(cfg.batch_size) * ranks}
+    if hasattr(cfg, "num_steps"):
+        units["num_steps"] = int(cfg.num_steps)
+    return units
+
+
+def check_resume_settings(path: str, saved: dict[str, Any], current: dict[str, int]) -> None:
+    """Refuse a resume whose saved position would mean another place in the data (naming the setting): with
+    another BPTT length the window index points elsewhere in the corpus, with another global batch the batch
+    index does. (The world size alone may change where the global batch stays the same: the data order is
+    the same; a checkpoint that holds per-rank state refuses another world size in ``dist.load_checkpoint``.)"""
+    for key, value in current.items():
+        if key in saved and int(saved[key]) != int(value):
+            raise ValueError(
+                f"--resume {path}: the checkpoint was written with {key} = {int(saved[key])}, this run has {value}: "
+                f"{RESUME_SETTINGS.get(key, key)} must be the checkpoint's to continue exactly where it stopped"
+            )

@@ -29,7 +29,7 @@ import minidl
 import minidl.nn.functional as F
 from minidl import nn, optim
 from minidl.data.images import ImageSet
-from minidl.train.large_batch import warmup_ramp
+from minidl.optim.large_batch import warmup_ramp
 
 RECIPES = ("sgd", "linear", "lars")
 

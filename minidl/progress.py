@@ -1,5 +1,6 @@
-"""What the loop prints and logs: the header, a progress line every ``--log-every`` steps, a line per
-evaluation, the final score and the mode's report; the same records as JSON lines with ``--log-json FILE``.
+"""What the training loop (``minidl.train.loop``) prints and logs: the header, a progress line every
+``--log-every`` steps, a line per evaluation, the final score and the mode's report; the same records as JSON
+lines with ``--log-json FILE``.
 
 Throughput is words (or images) per second: this rank's rate times the ranks that train on different data
 (``strategy.replicas``), with the per-rank rate and, given ``--baseline-wps`` (one rank alone), the

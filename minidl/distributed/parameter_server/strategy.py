@@ -1,16 +1,12 @@
-"""``--parallel local-sgd`` and ``--parallel ps``: the other data-parallel schemes.
+"""``--parallel ps``: the parameter server as a strategy of the training loop (``minidl.train.loop.fit``).
 
-- **local-sgd** (``LocalSGD``): every rank steps its own replica; the parameters are averaged every
-  ``--average-every`` steps (and once more at the end, with the batch-norm running statistics).
-- **ps** (``ParameterServer`` / ``PSWorker``): ranks 0..S-1 hold the sharded parameters and the optimizer
-  (the task's learning-rate schedule stepped per update); ranks S..P-1 are workers, each on its own share
-  of the data. Synchronous by default (the server averages all W gradients: the steps of ``--parallel
-  data`` with W ranks); ``--async`` applies each gradient on arrival (Downpour), workers pulling every
-  ``--fetch-every`` steps, with an optional ``--staleness-bound`` (a refused gradient is recomputed).
-
-Neither evaluates between epochs (replicas differ; servers are busy). Progress comes from the first
-worker; the report gives the bytes every rank sent + received per step, counted on the wire
-(``CountingComm``), and the parameter server's staleness histogram.
+Ranks 0..S-1 hold the sharded parameters and the optimizer (the task's learning-rate schedule stepped per
+update); ranks S..P-1 are workers, each on its own share of the data. Synchronous by default (the server
+averages all W gradients: the steps of ``--parallel data`` with W ranks); ``--async`` applies each gradient on
+arrival (Downpour), workers pulling every ``--fetch-every`` steps, with an optional ``--staleness-bound`` (a
+refused gradient is recomputed). It shares local SGD's frame (``data_parallel/strategy.py``): no evaluation
+between epochs (the servers are busy), progress from the first worker, the bytes every rank sent + received per
+step counted on the wire (``CountingComm``); it adds the staleness histogram to the report.
 """
 
 from __future__ import annotations
@@ -20,68 +16,16 @@ from typing import Any
 import numpy as np
 
 import minidl.distributed as dist
-from minidl.distributed.counting import sent_and_received
-from minidl.distributed.data_parallel.local_sgd import average_buffers
+from minidl.distributed.data_parallel.strategy import LocalSGD
 from minidl.distributed.parameter_server.protocol import check_roles
+from minidl.distributed.strategy import reseed_per_rank
+from minidl.distributed.timeout import train_timeout
 from minidl.nn.container import Sequential
 from minidl.nn.module import Module
-from minidl.train.checks import train_timeout
-from minidl.train.strategies.base import Strategy, reseed_per_rank
-
-
-class LocalSGD(Strategy):
-    """every rank steps alone, the parameters averaged every k steps."""
-
-    refuses = ("--resume", "--save", "--compression", "--sync-bn")
-    servers = 0
-    evaluates_each_epoch = False
-
-    def __init__(self, ctx: Any, args: Any):
-        super().__init__(ctx, args)
-        self.counted = dist.CountingComm(ctx.comm)
-        self.workers, worker = ctx.size - self.servers, ctx.rank - self.servers
-        self.shard, self.replicas, self.log_rank = (max(worker, 0), self.workers), self.workers, self.servers
-        self.serves = worker < 0
-        self.stats: Any = None
-
-    def build(self, task: Any, model: Module) -> None:
-        dist.broadcast_parameters(model, comm=self.ctx.comm)
-        reseed_per_rank(self.args.seed, self.ctx.rank)
-        super().build(task, model)
-        self.opt = dist.LocalSGD(self.base, self.args.average_every, comm=self.counted, allreduce=self.args.allreduce)
-
-    def describe(self) -> list[str]:
-        return [f"local SGD: {self.workers} ranks, parameters averaged every {self.args.average_every} steps"]
-
-    def finish(self) -> None:
-        if not self.serves:
-            self.opt.finish()
-        self.traffic = sent_and_received(self.counted.traffic_matrix())  # (sent, received) bytes per rank
-        self.collect()
-
-    def collect(self) -> None:
-        """Leave the final model on every rank."""
-        average_buffers(self.model, self.ctx.comm, self.args.allreduce)
-
-    def report(self, result: dict[str, Any]) -> list[str]:
-        result["bytes_per_step"] = (self.traffic[0] + self.traffic[1]) / max(result["steps"], 1)
-        lines = [
-            "KiB sent + received per step: "
-            + ", ".join(
-                f"rank {r}{' (server)' if r < self.servers else ''} {b / 1024:,.1f}"
-                for r, b in enumerate(result["bytes_per_step"])
-            )
-        ]
-        return lines + self.staleness(result)
-
-    def staleness(self, result: dict[str, Any]) -> list[str]:
-        return []
 
 
 class ParameterServer(LocalSGD):
     """servers hold the parameters, workers push gradients, synchronously or --async."""
-
-    refuses = ("--resume", "--save", "--compression", "--sync-bn")
 
     def __init__(self, ctx: Any, args: Any):
         self.servers = args.servers
