@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from minidl.data.idx import save_idx
-from minidl.train import cnn, lm
+from minidl.train import cli, cnn, lm
 from minidl.train.__main__ import main as train_main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -127,9 +127,9 @@ def test_lm_errors_name_the_problem(tmp_path, capsys):
     with pytest.raises(ValueError, match="too short"):
         lm.main(["--text", str(tmp_path / "tiny.txt"), "--quick", "--batch-size", "20"])
     with pytest.raises(SystemExit):
-        lm.build_parser().parse_args(["--preset", "huge"])
+        cli.build_parser(lm.LMTask).parse_args(["--preset", "huge"])
     with pytest.raises(SystemExit):
-        lm.build_parser().parse_args(["--batch-size", "0"])
+        cli.build_parser(lm.LMTask).parse_args(["--batch-size", "0"])
 
 
 # ----------------------------------------------------------------------------- CNN

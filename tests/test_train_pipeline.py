@@ -49,7 +49,9 @@ def run_pipelined(nprocs, flags, path):
 
 @pytest.fixture(scope="module")
 def serial():
-    return lm.main(COMMON)["params"]
+    before = minidl.get_default_dtype()  # (a module fixture runs outside the per-test dtype restore)
+    yield lm.main(COMMON)["params"]
+    minidl.set_default_dtype(before)
 
 
 @pytest.mark.skipif(not MPIEXEC.exists(), reason="mpiexec is not installed next to the Python executable")

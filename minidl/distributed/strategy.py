@@ -110,7 +110,7 @@ class Strategy:
         ``passes`` = A > 1 (a resume at another size, ``plan_resume``) the batch runs as A equal micro-batches whose
         gradients add up (each loss / A): the gradient of the whole batch's mean loss, in 1/A of the memory."""
         self.opt.zero_grad()
-        losses = [self.backward_pass(task, part, k) for k, part in enumerate(task.split(batch, self.passes))]
+        losses = [self.backward_pass(task, part, k) for k, part in enumerate(self.micro_batches(task, batch))]
         loss = None if losses[0] is None else float(np.mean(losses))
         if self.scaler is not None and not self.unscale():
             return loss  # skipped: a gradient was inf or NaN on some rank
@@ -119,6 +119,12 @@ class Strategy:
         with self.span("update"):
             self.update(task, batch)
         return loss
+
+    def micro_batches(self, task: Any, batch: Any) -> list[Any]:
+        """``batch`` as ``passes`` equal micro-batches along the task's ``batch_axis`` (the LM's: its streams)."""
+        if self.passes == 1:
+            return [batch]
+        return list(zip(*(np.split(a, self.passes, axis=task.batch_axis) for a in batch)))
 
     def backward_pass(self, task: Any, batch: Any, k: int) -> float | None:
         """Forward and backward of pass ``k`` of a step (pass 0 starts the window; pass k runs on carried slot k)."""

@@ -23,7 +23,7 @@ from minidl.nn.init import uniform_
 from minidl.nn.linear import Linear
 from minidl.nn.module import Module
 from minidl.nn.rnn import LSTM
-from minidl.tensor import Tensor, tensor
+from minidl.tensor import Tensor, get_default_dtype, tensor
 
 State = tuple[Tensor, Tensor]
 
@@ -242,6 +242,20 @@ class Recurrent(Module):
         self.slots = slots or getattr(self, "slots", 1)
         self.states: list[State | None] = [None] * self.slots
         self.begin, self.calls = list(self.states), 0
+
+    def carried(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The carried (h, c), each [B, H]: the slots' groups of streams joined in order (None before a window)."""
+        if any(s is None for s in self.states):
+            return None
+        return tuple(np.concatenate([s[i].data for s in self.states]) for i in (0, 1))  # type: ignore[return-value]
+
+    def restore(self, h: np.ndarray | None = None, c: np.ndarray | None = None) -> None:
+        """Forget the states; given (h, c) [B, H], carry them again, cut into the slots' groups of streams."""
+        self.reset()
+        if h is not None and c is not None:
+            dtype = get_default_dtype()
+            parts = zip(np.split(h.astype(dtype), self.slots), np.split(c.astype(dtype), self.slots))
+            self.states = [(tensor(a), tensor(b)) for a, b in parts]
 
     def start_window(self) -> None:
         self.states = [None if s is None else (s[0].detach(), s[1].detach()) for s in self.states]

@@ -169,10 +169,6 @@ class CNNTask(Task):
         ]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    return cli.build_parser(CNNTask)
-
-
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Parse ``argv`` (the flags after ``cnn``), train, and return the run's numbers and final parameters."""
     return cli.run(CNNTask, argv)

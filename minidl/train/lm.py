@@ -193,12 +193,9 @@ class LMTask(Task):
         )
 
     def carried_state(self) -> dict[str, np.ndarray]:
-        """Each layer's (h, c) [L, B, H], the slots' streams joined in order (slot k holds streams k*B/m ..)."""
-        slots = [[s[i].data for s in u.states] for u in self.recurrent for i in (0, 1) if None not in u.states]
-        if len(slots) < 2 * len(self.recurrent):
-            return {}
-        joined = [np.concatenate(s, axis=0) for s in slots]  # [B, H] per layer and state
-        return {k: np.stack(joined[i::2]) for i, k in enumerate("hc")}
+        """Each layer's (h, c) [L, B, H] (``Recurrent.carried``: its slots' streams joined in order)."""
+        states = [u.carried() for u in self.recurrent]
+        return {} if None in states else {k: np.stack([s[i] for s in states]) for i, k in enumerate("hc")}
 
     def reshard_state(self, states: list[dict[str, Any]], size: int) -> list[dict[str, Any]]:
         """The LSTM state [layers, B, H] of P ranks' contiguous streams, joined in global stream order and cut
@@ -210,17 +207,8 @@ class LMTask(Task):
         return [{k: parts[k][r] for k in "hc"} for r in range(size)]
 
     def restore_state(self, saved: dict[str, np.ndarray]) -> None:
-        """The carried (h, c) [L, B, H] back into the layers, cut into their slots' groups of streams."""
-        dtype = minidl.get_default_dtype()
         for k, u in enumerate(self.recurrent):
-            u.reset()
-            if saved:
-                parts = [np.split(saved[x][k].astype(dtype), u.slots, axis=0) for x in "hc"]
-                u.states = [(minidl.tensor(h), minidl.tensor(c)) for h, c in zip(*parts)]
-
-
-def build_parser() -> argparse.ArgumentParser:
-    return cli.build_parser(LMTask)
+            u.restore(*((saved["h"][k], saved["c"][k]) if saved else ()))
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -18,8 +18,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import numpy as np
-
 from minidl.distributed import checkpoint_schedule
 from minidl.optim.large_batch import large_batch_lr
 from minidl.progress import Progress, scalars
@@ -32,6 +30,7 @@ class Task:
     max_grad_norm: float | None = None
     tally_width = 2  # numbers a batch adds to the progress sums (``tally``)
     history_keys: tuple[str, ...] = ()  # what the history keeps of each progress record
+    batch_axis = 0  # the axis of a batch's arrays that runs over examples (the LM's: streams)
 
     def chain(self, model: Any) -> list[tuple[str, Any]]:
         """The model's units, the ones every strategy runs (cut or whole); remembered for the task's own use."""
@@ -43,15 +42,6 @@ class Task:
 
     def set_slots(self, slots: int) -> None:
         """Carry ``slots`` states per batch, one per micro-batch (of a pipeline, or accumulated passes)."""
-
-    batch_axis = 0  # the axis of a batch's arrays that runs over examples (the LM's: streams)
-
-    def split(self, batch: Any, parts: int) -> list[Any]:
-        """``batch`` as ``parts`` equal micro-batches along ``batch_axis`` (itself when ``parts`` is 1)."""
-        if parts == 1:
-            return [batch]
-        pieces = [np.split(a, parts, axis=self.batch_axis) for a in batch]
-        return [tuple(p[k] for p in pieces) for k in range(parts)]
 
     def items(self, batch: Any) -> int:
         """Words (or images) in a batch: the unit of throughput."""
