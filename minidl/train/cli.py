@@ -114,7 +114,12 @@ FLAGS: dict[str, list[tuple[str, dict[str, Any]]]] = {  # group -> (flag, add_ar
         ("--staleness-bound", {"type": int, "metavar": "s", "help": "ps --async: refuse gradients over s updates old"}),
         (
             "--drop-lost-workers",
-            {"action": "store_true", "help": "ps: a silent worker (MINIDL_COMM_TIMEOUT) is dropped, not fatal"},
+            {
+                "action": "store_true",
+                # a worker that really dies: only under mpiexec -disable-auto-cleanup (MPICH) do the others live on
+                "help": "ps: a worker silent MINIDL_COMM_TIMEOUT/2 is dropped, not fatal (a dead one: mpiexec "
+                "-disable-auto-cleanup)",
+            },
         ),
         ("--average-every", PINT | {"default": 4, "metavar": "k", "help": "local-sgd: average every k steps (4)"}),
     ],

@@ -8,6 +8,10 @@
   data`` with W ranks); ``--async`` applies each gradient on arrival (Downpour), workers pulling every
   ``--fetch-every`` steps, with an optional ``--staleness-bound`` (a refused gradient is recomputed).
 
+A parameter server outlives a worker that stops answering (silent half of MINIDL_COMM_TIMEOUT): asynchronous, or
+synchronous with ``--drop-lost-workers``, the job ends on the ranks left; one that really dies needs ``mpiexec
+-disable-auto-cleanup`` (MPICH), else the launcher ends every rank (``parameter_server/survivors.py``).
+
 Neither evaluates between epochs (replicas differ; servers are busy). Progress comes from the first
 worker; the report gives the bytes every rank sent + received per step, counted on the wire
 (``CountingComm``), and the parameter server's staleness histogram.
