@@ -29,7 +29,6 @@ from minidl.distributed.data_parallel.local_sgd import average_buffers
 from minidl.distributed.parameter_server import survivors
 from minidl.distributed.parameter_server.protocol import check_roles
 from minidl.distributed.parameter_server.server import LostWorkerError
-from minidl.distributed.parameter_server.survivors import end_job
 from minidl.nn.container import Sequential
 from minidl.nn.module import Module
 from minidl.train.checks import train_timeout
@@ -146,7 +145,8 @@ class ParameterServer(LocalSGD):
         try:
             self.stats = server.serve()
         except LostWorkerError as e:
-            end_job(e, self.ctx.comm)  # synchronous without --drop-lost-workers: one line naming it, the job ends
+            # synchronous without --drop-lost-workers: one line naming the lost worker, and the job ends
+            survivors.end_job(e, self.ctx.comm)
 
     def finish(self) -> None:
         """After the last step; with workers lost (``mpiexec -disable-auto-cleanup``: see parameter_server/survivors.py)
