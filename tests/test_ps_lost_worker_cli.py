@@ -31,7 +31,7 @@ def hydra_keeps_ranks() -> bool:
 
 pytestmark = pytest.mark.skipif(
     not hydra_keeps_ranks(),
-    reason="needs MPICH's mpiexec -disable-auto-cleanup (other ranks outlive a dead one); not verified elsewhere",
+    reason="needs MPICH's mpiexec -disable-auto-cleanup (the other ranks outlive a dead one; Open MPI: --with-ft ulfm)",
 )
 
 
