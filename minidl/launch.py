@@ -16,6 +16,11 @@ launcher starts it again from its newest checkpoint with the ranks that can be h
 - one line per restart says what happened; after ``--max-restarts`` restarts it gives up with the last error.
   A command that exits with status 2 (bad input) is not restarted: running it again cannot help.
 
+A parameter server (``--parallel ps``, which keeps no checkpoints) is not restarted this way: it outlives a
+lost worker within the job instead, run under ``mpiexec -disable-auto-cleanup`` (MPICH) without this launcher
+(``minidl/distributed/parameter_server/survivors.py``). The launcher keeps mpiexec's default, which ends every
+rank when one dies: what a restart from checkpoints needs.
+
 Bad input is refused in one line before anything starts: ``--min-ranks`` above ``-n``, a ``--save``
 directory that cannot be written, a checkpoint there (or given by ``--resume``) of another model.
 """

@@ -104,7 +104,12 @@ FLAGS: dict[str, list[tuple[str, dict[str, Any], str]]] = {  # group -> (flag, a
         ("--async", SWITCH | {"dest": "asynchronous"}, "ps: apply each gradient on arrival"),
         ("--fetch-every", PINT | {"default": 1, "metavar": "N"}, "ps --async: pull every N steps (default 1)"),
         ("--staleness-bound", {"type": int, "metavar": "s"}, "ps --async: refuse gradients over s updates old"),
-        ("--drop-lost-workers", SWITCH, "ps: a silent worker (MINIDL_COMM_TIMEOUT) is dropped, not fatal"),
+        # a worker that really dies: only under mpiexec -disable-auto-cleanup (MPICH) do the others live on
+        (
+            "--drop-lost-workers",
+            SWITCH,
+            "ps: a worker silent MINIDL_COMM_TIMEOUT/2 is dropped, not fatal (a dead one: mpiexec -disable-auto-cleanup)",
+        ),
         ("--average-every", PINT | {"default": 4, "metavar": "k"}, "local-sgd: average every k steps (4)"),
     ],
 }

@@ -17,7 +17,8 @@ STEPS, LOST_AFTER = 6, 15.0  # seconds: well above a step with 5 ranks on a busy
 
 
 def run(comm, asynchronous: bool, drop: bool, stops: set[int]):
-    """Rank 0 serves; a worker in ``stops`` leaves after 2 steps; returns the server's stats (or its error)."""
+    """Rank 0 serves; a worker in ``stops`` leaves after 2 steps; returns the server's stats (or its error), and on
+    a worker that finished, the workers the server lost."""
     dist.init(comm)
     model, P = make_model(), comm.Get_size()
     result = None
@@ -42,7 +43,7 @@ def run(comm, asynchronous: bool, drop: bool, stops: set[int]):
             loss_on(model, worker_batch(t, comm.Get_rank() - 1, P - 1, 8)).backward()
             worker.step()
         if comm.Get_rank() not in stops:
-            worker.close()
+            result = worker.close()  # the workers the server lost, from its FINISH message
     comm.Barrier()
     return result
 
@@ -59,6 +60,8 @@ def test_async_server_goes_on_without_a_silent_worker(comm):
     if comm.Get_rank() == 0:
         assert stats.lost == [P - 1]
         assert stats.updates == 2 + STEPS * (P - 2)
+    elif comm.Get_rank() < P - 1:
+        assert stats == [P - 1]  # every worker left knows
 
 
 def test_sync_server_drops_a_lost_worker_when_told(comm):
@@ -67,6 +70,8 @@ def test_sync_server_drops_a_lost_worker_when_told(comm):
     stats = run(comm, asynchronous=False, drop=True, stops={P - 1})
     if comm.Get_rank() == 0:
         assert stats.lost == [P - 1] and stats.rounds == STEPS
+    elif comm.Get_rank() < P - 1:
+        assert stats == [P - 1]
 
 
 def test_sync_server_names_lost_workers_otherwise(comm):

@@ -26,12 +26,16 @@ Wire protocol: buffer-based messages only (no pickle), one message per request o
 
     request (tag TAG_REQUEST), worker -> server:  [kind, version, step, numel] [gradient, if PUSH]
     reply   (tag TAG_REPLY),   server -> worker:  [status, version, mode, numel] [parameters, if sent]
+    finish  (tag TAG_FINISH),  server -> workers left and other servers, once: int64[P], 1 = a lost worker
 
 A server receives requests from ``ANY_SOURCE`` and learns the sender from the ``Status``. A worker
 posts its reply receives *before* it sends its requests, so a server's reply never waits on a
 worker that is itself waiting to send: the protocol cannot deadlock, even with synchronous sends.
 Shutdown: each worker sends DONE to every server; a server returns from ``serve()`` once all
-workers are done. A protocol error (mismatched models, modes, or a synchronous worker that stops
+workers are done (or given up as lost, ``lost_after``). Its last message (tag TAG_FINISH, past the
+traffic counts) goes to every worker still there and to the other servers: an int64 mask over the
+ranks, 1 for a worker it lost. ``PSWorker.close()`` waits for it from every server, so every rank
+that is left ends knowing the same lost workers, and can finish the job without them (``survivors.py``). A protocol error (mismatched models, modes, or a synchronous worker that stops
 early) raises; under ``dist.run`` that aborts the job instead of hanging it.
 
 Usage (``mpiexec -n 3``: 1 server, 2 workers)::
@@ -64,7 +68,7 @@ from minidl.distributed.timeout import base_comm
 from minidl.nn.module import Module
 from minidl.tensor import Tensor
 
-TAG_REQUEST, TAG_REPLY = 7101, 7102
+TAG_REQUEST, TAG_REPLY, TAG_FINISH = 7101, 7102, 7103
 HEADER_WORDS = 4
 HEADER_BYTES = 8 * HEADER_WORDS
 

@@ -23,6 +23,7 @@ from minidl.distributed.parameter_server.protocol import (
     PUSH,
     REJECTED,
     SYNC,
+    TAG_FINISH,
     TAG_REPLY,
     TAG_REQUEST,
     Message,
@@ -84,6 +85,7 @@ class ParameterServer:
         self.shard = shards_of(params, num_servers)[rank]
         self.optimizer = make_optimizer(self.shard.params)
         self.workers = list(range(num_servers, size))
+        self.num_servers = num_servers
         self.asynchronous = asynchronous
         self.staleness_bound = staleness_bound
         self.mode = SYNC if not asynchronous else (ASYNC if staleness_bound is None else ASYNC_BOUNDED)
@@ -189,8 +191,25 @@ class ParameterServer:
             else:
                 self._handle(src, kind, version, done, pending, start)
         self.stats.seconds = time.perf_counter() - start
+        self._finish()
         self.stats.lost = list(self.lost)
         return self.stats
+
+    def _finish(self) -> None:
+        """The last message (TAG_FINISH): tell the workers left and the other servers which workers this server
+        lost, and learn the other servers' (so every rank left ends with the same ``lost``, ``survivors.py``).
+        Past a CountingComm: the end's bookkeeping, not the protocol's traffic."""
+        comm = getattr(self.comm, "inner", self.comm)
+        mine = np.zeros(comm.Get_size(), np.int64)
+        mine[self.lost] = 1
+        servers = [s for s in range(self.num_servers) if s != comm.Get_rank()]
+        theirs = [np.zeros_like(mine) for _ in servers]
+        requests = [comm.Irecv(m, s, TAG_FINISH) for m, s in zip(theirs, servers)]
+        requests += [comm.Isend(mine, dest, TAG_FINISH) for dest in servers + self.active]
+        if requests:
+            with activity("ParameterServer.serve, the end"):
+                type(requests[0]).Waitall(requests)
+        self.lost = sorted(set(self.lost) | {int(w) for m in theirs for w in np.flatnonzero(m)})
 
     def _handle(self, src: int, kind: int, version: int, done: set[int], pending: dict, start: float) -> None:
         """One request after the start barrier: a pull, a DONE, or a gradient (applied now, or at the step's end)."""

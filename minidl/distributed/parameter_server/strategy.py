@@ -7,6 +7,10 @@ arrival (Downpour), workers pulling every ``--fetch-every`` steps, with an optio
 refused gradient is recomputed). It shares local SGD's frame (``data_parallel/strategy.py``): no evaluation
 between epochs (the servers are busy), progress from the first worker, the bytes every rank sent + received per
 step counted on the wire (``CountingComm``); it adds the staleness histogram to the report.
+
+A parameter server outlives a worker that stops answering (silent half of MINIDL_COMM_TIMEOUT): asynchronous, or
+synchronous with ``--drop-lost-workers``, the job ends on the ranks left; one that really dies needs ``mpiexec
+-disable-auto-cleanup`` (MPICH), else the launcher ends every rank (``parameter_server/survivors.py``).
 """
 
 from __future__ import annotations
@@ -16,8 +20,11 @@ from typing import Any
 import numpy as np
 
 import minidl.distributed as dist
+from minidl.distributed.counting import sent_and_received
 from minidl.distributed.data_parallel.strategy import LocalSGD
+from minidl.distributed.parameter_server import survivors
 from minidl.distributed.parameter_server.protocol import check_roles
+from minidl.distributed.parameter_server.server import LostWorkerError
 from minidl.distributed.strategy import reseed_per_rank
 from minidl.distributed.timeout import train_timeout
 from minidl.nn.container import Sequential
@@ -31,6 +38,7 @@ class ParameterServer(LocalSGD):
         self.servers = args.servers
         check_roles(ctx.size, self.servers)
         super().__init__(ctx, args)
+        self.lost: list[int] = []  # workers the servers went on without
 
     def build(self, task: Any, model: Module) -> None:
         self.model, self.base, self.params = model, None, list(model.parameters())
@@ -65,7 +73,7 @@ class ParameterServer(LocalSGD):
             self.set_lr(task.lr(0, per_epoch))
             return held[0]
 
-        a = self.args
+        a, timeout = self.args, train_timeout()
         server = dist.ParameterServer(
             self.model,
             build,
@@ -74,10 +82,33 @@ class ParameterServer(LocalSGD):
             a.asynchronous,
             a.staleness_bound,
             after_update=lambda version: self.set_lr(task.lr(version, per_epoch)),
-            lost_after=train_timeout(),  # a worker silent this long is lost (MINIDL_COMM_TIMEOUT)
+            # a worker silent half the communication timeout (MINIDL_COMM_TIMEOUT) is lost: the workers left, waiting
+            # on this server meanwhile, must not reach their own timeout first
+            lost_after=timeout / 2 if timeout else None,
             drop_lost_workers=a.drop_lost_workers,
         )
-        self.stats = server.serve()
+        try:
+            self.stats = server.serve()
+        except LostWorkerError as e:
+            # synchronous without --drop-lost-workers: one line naming the lost worker, and the job ends
+            survivors.end_job(e, self.ctx.comm)
+
+    def finish(self) -> None:
+        """After the last step; with workers lost (``mpiexec -disable-auto-cleanup``: see parameter_server/survivors.py)
+        the ranks left finish the job, scores and report, among themselves."""
+        self.lost = self.stats.lost if self.serves else self.opt.close()
+        if self.lost:
+            self.ctx.comm = survivors.without(self.ctx.comm, self.lost)
+            self.ctx.rank, self.ctx.size = self.ctx.comm.Get_rank(), self.ctx.comm.Get_size()
+            self.eval_share = (self.ctx.rank, self.ctx.size)
+            survivors.exit_without_finalize()  # MPI_Finalize would wait for the lost rank forever
+        p = self.counted.inner.Get_size()
+        rows = np.zeros((p, p))  # bytes sent, a row per rank of the job (a lost worker's stays 0)
+        rows[self.counted.inner.Get_rank()] = self.counted.sent_to
+        self.traffic = sent_and_received(
+            dist.allreduce(self.ctx.comm, rows.reshape(-1), "ring", "sum").reshape(p, p).astype(np.int64)
+        )
+        self.collect()
 
     def update(self, task: Any, batch: Any) -> None:
         def closure() -> None:  # a bounded-staleness server refused the gradient: recompute on its parameters
@@ -96,6 +127,13 @@ class ParameterServer(LocalSGD):
         dist.broadcast_parameters(self.model, root=self.servers, comm=self.ctx.comm)
 
     def staleness(self, result: dict[str, Any]) -> list[str]:
+        lost = []
+        if self.lost:
+            names = ", ".join(str(w) for w in self.lost)
+            lost = [f"worker(s) {names} lost: finished on the {self.ctx.size} ranks left"]
+        return lost + self.server_stats(result)
+
+    def server_stats(self, result: dict[str, Any]) -> list[str]:
         stats = self.stats
         mine = {"staleness": np.asarray(stats.staleness, np.int64), "rejected": stats.rejected} if stats else {}
         gathered = dist.gather_states(mine, root=0, comm=self.ctx.comm)

@@ -20,6 +20,7 @@ from minidl.distributed.parameter_server.protocol import (
     PUSH,
     REJECTED,
     SYNC,
+    TAG_FINISH,
     TAG_REPLY,
     TAG_REQUEST,
     Message,
@@ -78,6 +79,7 @@ class PSWorker:
         self.bytes_sent = 0
         self.bytes_received = 0
         self.closed = False
+        self.lost: list[int] = []  # workers the servers went on without (known at close())
         self._out = [Message(s.dtype, s.numel) for s in self.shards]
         self._in = [Message(s.dtype, s.numel) for s in self.shards]
         self.pull()
@@ -156,11 +158,19 @@ class PSWorker:
         """End of training (the protocol every optimizer shares): ``close()``."""
         self.close()
 
-    def close(self) -> None:
-        """Tell every server this worker is done (each server returns from ``serve()`` once all are)."""
+    def close(self) -> list[int]:
+        """Tell every server this worker is done, and wait for each server's end (once all workers are done or
+        lost): returns the workers the servers lost (also ``self.lost``), the same list on every rank left."""
         if not self.closed:
+            comm = getattr(self.comm, "inner", self.comm)  # the end's bookkeeping, not the protocol's traffic
+            masks = [np.zeros(comm.Get_size(), np.int64) for _ in self.shards]
+            finish = [comm.Irecv(m, s, TAG_FINISH) for s, m in enumerate(masks)]  # posted before DONE is sent
             self._exchange(range(len(self.shards)), DONE, expect_reply=False)
+            with activity("PSWorker.close, waiting for the servers' end"):
+                type(finish[0]).Waitall(finish)
+            self.lost = sorted(int(w) for w in np.flatnonzero(np.sum(masks, axis=0)))
             self.closed = True
+        return self.lost
 
 
 # ----------------------------------------------------------------------------- after the run
