@@ -325,7 +325,7 @@ if RANK == 0:
 # nothing for `lost_after` seconds (`python -m minidl.train --parallel ps` uses `MINIDL_COMM_TIMEOUT`):
 # asynchronous, it just goes on; synchronous, it either drops the worker (`drop_lost_workers=True`,
 # `--drop-lost-workers`: the steps then average the workers left) or ends the job naming it. Here the last
-# worker goes silent after 3 steps (alive, as a hung node: a dead process would make mpiexec end the job):
+# worker goes silent after 3 steps (alive, as a hung node; a process that really dies comes after this cell):
 
 
 # %%
@@ -355,6 +355,20 @@ if ON_RANKS and P >= 3:
             print(f"{kind}: lost worker(s) {stats.lost}, {stats.updates} gradients applied, {stats.rounds} rounds")
 
 # %% [markdown]
+# A worker that really dies is another matter for MPI: by default mpiexec ends every rank of a job when one
+# exits abnormally. MPICH's `mpiexec -disable-auto-cleanup` (Open MPI: `mpiexec --with-ft ulfm`) lets the others
+# run on. MPI then reports nothing about the dead rank (a receive from it simply never completes), so the
+# servers go by silence, and the ranks left finish among themselves on a communicator without it
+# (`parameter_server/survivors.py`). From a shell:
+#
+#     MINIDL_COMM_TIMEOUT=20 mpiexec -disable-auto-cleanup -n 4 python -m minidl.train lm --quick \
+#         --parallel ps --async --max-steps 12 --inject-failure 3:6
+#
+# prints, after rank 3's `--inject-failure: exiting abruptly at step 6`, `parameter server 0: worker(s) 3 lost
+# (silent 10 s), going on with 2 worker(s)`, the test perplexity, and `worker(s) 3 lost: finished on the 3 ranks
+# left`. Synchronous with `--drop-lost-workers` it goes on the same way; synchronous without it, the job ends
+# with one line naming the worker (`tests/test_ps_lost_worker_cli.py` runs all three).
+#
 # The **allreduce** job cannot go on without a rank (MPI has no recovery from a dead process), so it restarts
 # around mpiexec from checkpoints, as Horovod Elastic and torchrun do. Run it from a shell (not under mpiexec):
 #
