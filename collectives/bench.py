@@ -295,7 +295,10 @@ def main(argv: list[str] | None = None) -> list[dict] | dict:
             f"cost model alpha = {params.alpha * 1e6:.2f} us, beta = {params.beta * 1e9:.3f} ns/B, "
             f"gamma = {params.gamma * 1e9:.3f} ns/B ({'built-in' if args.no_calibrate else 'calibrated'})"
         )
-        print("# algbw, busbw in GB/s; xMPI = time / MPI.Allreduce time; model = cost-model prediction")
+        print(
+            "# algbw, busbw in GB/s; xMPI = time / MPI.Allreduce time; paired = median (IQR) of per-repeat ratios; "
+            "model = cost-model prediction"
+        )
         print(HEADER, flush=True)
     gloo = gloo_times(comm, args) if args.torch_gloo else {}
     rows = run(comm, sizes, algorithms, dtype, not args.no_check, args.repeats, echo=not args.json, gloo=gloo)
