@@ -9,8 +9,8 @@ interquartile range of the per-repeat ratios, each repeat timing both calls one 
 and the cost model's prediction (agreement check included). The "mpi" row is MPI's own Allreduce
 into a new array (np.empty_like, as every allreduce here returns a new array), the yardstick.
 
-As OSU's latency tests do, one timing is a loop of back-to-back calls (about 100 at 1 KiB, one from
-128 KiB up: ``calls_per_timing``) after a barrier, so that a call of a few microseconds is not lost
+As OSU's latency tests do, one timing is a loop of back-to-back calls (16 at 1-4 KiB, one from
+64 KiB up: ``calls_per_timing``) after a barrier, so that a call of a few microseconds is not lost
 in the barrier's skew between ranks, and the repeats (200 for short messages) take turns in a
 shuffled order.
 
@@ -50,9 +50,14 @@ def human(nbytes: int) -> str:
 
 
 def calls_per_timing(nbytes: int) -> int:
-    """How many back-to-back calls one timing spans: enough that a short call is not lost in the timer,
-    the barrier's skew between ranks and the scheduler (about 100 calls at 1 KiB, one from 128 KiB up)."""
-    return int(np.clip((128 << 10) // max(nbytes, 1), 1, 100))
+    """How many back-to-back calls one timing spans: 16 up to 4 KiB, 4 at 16 KiB, one from 64 KiB up.
+
+    Enough that a call of a few microseconds is not lost in the barrier's skew between ranks and the
+    timer (a single call after a barrier moved the ratios to MPI toward 1: 0.82-0.91 where 4 or 16
+    calls gave 0.72-0.76), few enough that a timing (under 0.1 ms) is seldom cut by another process on
+    a shared machine (loops of 100 calls at 1 KiB spread from 0.28x to 0.86x in one run).
+    """
+    return int(np.clip((64 << 10) // max(nbytes, 1), 1, 16))
 
 
 def default_repeats(nbytes: int) -> int:
