@@ -82,6 +82,7 @@ class Plan:
         # the communicator the plan was made for, compared by identity (ids are reused); a weak reference,
         # so that the cache never keeps a communicator (and a simulated world's message record) alive
         self.comm = weakref.ref(comm)
+        self.requests: list = []  # first: __del__ frees whatever was made, even if a later line raises
         self.params = cost.get_params()  # the parameters under which "auto" chose recursive doubling
         self.shape, self.dtype, self.op, self.auto = x.shape, x.dtype, op, auto
         self.head = header_bytes(x.shape, x.dtype, str(op), CALL)
@@ -106,7 +107,6 @@ class Plan:
         # how a step exchanges its messages: on mpi4py, persistent requests made once (Recv_init, Send_init),
         # which a call starts and waits for: no buffer specs to parse per call, and MPICH's Sendrecv path
         # around them costs more than the Start/Wait pair (0.5 us a call, p = 2, measured)
-        self.requests: list = []
         self.exchange: tuple = ()
         self.one: tuple | None = None
         mpi = sys.modules.get("mpi4py.MPI")
@@ -114,8 +114,9 @@ class Plan:
             _free_at_exit()
             for peer, _, _ in self.steps:
                 recv = comm.Recv_init([self.room, mpi.BYTE], peer, TAG_CHECK)
+                self.requests.append(recv)
                 send = comm.Send_init([self.sendbuf, mpi.BYTE], peer, TAG_CHECK)
-                self.requests += [recv, send]
+                self.requests.append(send)
                 self.exchange += ((recv.Start, send.Start, send.Wait, recv.Wait),)
         if len(self.steps) == 1 and self.exchange and not self.fresh_out:
             # the common case (p = 2, MPI) with all it needs in one tuple: one unpacking instead of many lookups
