@@ -17,12 +17,14 @@ first call with a given (communicator, shape, dtype, op) works everything out on
         of the received [header | status] and one ufunc call on two views made once (the operands
         in rank order), which allocates the new result
 
-With one partner (p = 2) all of that is one tuple unpacked. The views have x's shape, so the
-result needs no reshape, and copying x into the send buffer is a NumPy assignment that takes any
-strides: a non-contiguous x needs no copy of its own. Measured per call at 1 KiB, p = 2 (echo
-communicator, benchmarks/short_allreduce.py): the Python work went from about 1.9 us to 1.3 us
-with Sendrecv; on MPICH, a bare exchange of the message takes about 1.6 us by Start/Wait against
-2.2 us by Sendrecv (fastest of 21 interleaved repeats of 300 calls each).
+With one partner (p = 2) all of that is one tuple unpacked, and the ufunc reads x itself where it
+is C-contiguous rather than its copy in the send buffer (the same values; measured faster at
+16 KiB). The views have x's shape, so the result needs no reshape, and copying x into the send
+buffer is a NumPy assignment that takes any strides: a non-contiguous x needs no copy of its own.
+Measured per call at 1 KiB, p = 2 (echo communicator, benchmarks/short_allreduce.py): the Python
+work went from about 1.9 us to 1.3 us with Sendrecv; on MPICH, a bare exchange of the message
+takes about 1.6 us by Start/Wait against 2.2 us by Sendrecv (fastest of 21 interleaved repeats of
+300 calls each).
 
 The persistent requests hold the communicator inside MPI: a plan frees them when it is dropped,
 and every plan's are freed at exit, before mpi4py finalizes MPI (which would warn of any left).
