@@ -1,11 +1,18 @@
 """Allreduce benchmark, nccl-tests/OSU style: ``mpiexec -n P python -m collectives.bench``.
 
-For each message size and algorithm: the median over repeats of the slowest rank's time, the
+For each message size and algorithm: the median over repeats of the slowest rank's time per call, the
 algorithm bandwidth (size / time), the bus bandwidth (algbw * 2 (p - 1) / p, what each link carries
 in a bandwidth-optimal allreduce, so numbers compare across p), the number of elements that differ
 from MPI.Allreduce's result (#wrong; the data are small integers, so every summation order is
-exact), the time relative to MPI.Allreduce, and the cost model's prediction (agreement check
-included). The "mpi" row is MPI's own Allreduce, the yardstick.
+exact), the time relative to MPI.Allreduce (xMPI: the ratio of the medians; paired: the median and
+interquartile range of the per-repeat ratios, each repeat timing both calls one after the other),
+and the cost model's prediction (agreement check included). The "mpi" row is MPI's own Allreduce
+into a new array (np.empty_like, as every allreduce here returns a new array), the yardstick.
+
+As OSU's latency tests do, one timing is a loop of back-to-back calls (16 at 1-4 KiB, one from
+64 KiB up: ``calls_per_timing``) after a barrier, so that a call of a few microseconds is not lost
+in the barrier's skew between ranks, and the repeats (200 for short messages) take turns in a
+shuffled order.
 
     mpiexec -n 4 python -m collectives.bench --sizes 1K,1M,16M --algorithms auto,ring --json
     mpiexec -n 2 python -m collectives.bench --torch-gloo     # + torch.distributed's gloo all_reduce column
@@ -42,27 +49,55 @@ def human(nbytes: int) -> str:
     return str(nbytes)
 
 
-def time_calls(comm, calls: dict, repeats: int) -> tuple[dict, dict]:
-    """Median over repeats of the slowest rank's time (seconds) for each call, and each call's last result.
+def calls_per_timing(nbytes: int) -> int:
+    """How many back-to-back calls one timing spans: 16 up to 4 KiB, 4 at 16 KiB, one from 64 KiB up.
 
-    The calls take turns within every repeat, in an order shuffled per repeat (the same on every
-    rank), so that load from other processes (this is a shared machine) and whatever one call leaves
-    behind for the next fall on all of them alike, and their ratios stay meaningful.
+    Enough that a call of a few microseconds is not lost in the barrier's skew between ranks and the
+    timer (a single call after a barrier moved the ratios to MPI toward 1: 0.82-0.91 where 4 or 16
+    calls gave 0.72-0.76), few enough that a timing (under 0.1 ms) is seldom cut by another process on
+    a shared machine (loops of 100 calls at 1 KiB spread from 0.28x to 0.86x in one run).
+    """
+    return int(np.clip((64 << 10) // max(nbytes, 1), 1, 16))
+
+
+def default_repeats(nbytes: int) -> int:
+    """Timed repeats for a size: 15+ (medians of 5 were noise), 200 for short messages."""
+    return int(np.clip(3e8 / max(nbytes, 1), 15, 200))
+
+
+def time_calls(comm, calls: dict, repeats: int, number: int = 1) -> tuple[dict, dict, dict]:
+    """Each call's time (seconds), its time relative to the first call's, and its last result.
+
+    One timing is ``number`` back-to-back calls after a barrier, divided by ``number``; its time is
+    the slowest rank's. The calls take turns within every repeat, in an order shuffled per repeat
+    (the same on every rank), so that load from other processes (this is a shared machine) and
+    whatever one call leaves behind for the next fall on all of them alike. Returned: the median
+    over repeats of each call's time; the (median, 25th, 75th percentile) over repeats of its time
+    divided by the first call's in the same repeat (paired ratios, which a change of load moves
+    less than the times); and the results of a warm-up round of ``max(number, 3)`` calls each.
     """
     from mpi4py import MPI
 
-    results = {name: call() for name, call in calls.items()}  # warm up: allocations, first touch, connections
+    results = {}
+    for name, call in calls.items():  # warm up: allocations, first touch, connections, plans
+        for _ in range(max(number, 3)):
+            results[name] = call()
     times = np.empty((len(calls), repeats))
     funcs = list(calls.values())
+    loop = range(number)
     for i in range(repeats):
         for j in np.random.default_rng(i).permutation(len(funcs)):
             call = funcs[j]
             comm.Barrier()
             t0 = time.perf_counter()
-            call()
-            times[j, i] = time.perf_counter() - t0
+            for _ in loop:
+                call()
+            times[j, i] = (time.perf_counter() - t0) / number
     comm.Allreduce(MPI.IN_PLACE, times, op=MPI.MAX)
-    return {name: float(np.median(times[j])) for j, name in enumerate(calls)}, results
+    ratios = times / times[0]
+    medians = {name: float(np.median(times[j])) for j, name in enumerate(calls)}
+    paired = {name: tuple(float(q) for q in np.percentile(ratios[j], [50, 25, 75])) for j, name in enumerate(calls)}
+    return medians, paired, results
 
 
 def _predicted(chosen: str, p: int, nbytes: int, check: bool) -> float | None:
@@ -93,7 +128,7 @@ def run(
     for nbytes in sizes:
         count = nbytes // dtype.itemsize
         x = np.random.default_rng([count, rank]).integers(-8, 8, count).astype(dtype)
-        reps = repeats or int(np.clip(3e8 / max(nbytes, 1), 15, 200))  # 15+: medians of 5 were noise
+        reps, number = repeats or default_repeats(nbytes), calls_per_timing(nbytes)
 
         def mpi_call(x=x):
             out = np.empty_like(x)
@@ -103,7 +138,7 @@ def run(
         calls: dict[str, Any] = {"mpi": mpi_call}
         for name in algorithms:
             calls[name] = lambda name=name, x=x: collectives.allreduce(comm, x, algorithm=name, check=check)
-        times, results = time_calls(comm, calls, reps)
+        times, paired, results = time_calls(comm, calls, reps, number)
         for name in calls:
             t, out = times[name], results[name]
             chosen = collectives.choose_algorithm(p, x.nbytes)[0] if name == "auto" else name
@@ -123,8 +158,10 @@ def run(
                     "busbw_GBps": algbw * 2 * (p - 1) / p,
                     "wrong": int(wrong[0]),
                     "x_mpi_time": t / times["mpi"] if times["mpi"] > 0 else float("nan"),
+                    "x_mpi_paired": paired[name],  # per-repeat time / MPI's: (median, 25th, 75th percentile)
                     "predicted_us": None if predicted is None else predicted * 1e6,
                     "repeats": reps,
+                    "calls_per_timing": number,
                 }
             )
             if gloo and name == "mpi" and nbytes in gloo:  # the torch-gloo column, on MPI's own row
@@ -136,15 +173,16 @@ def run(
 
 HEADER = (
     f"{'size':>8} {'count':>10} {'dtype':>8} {'algorithm':>28} {'time(us)':>11} {'algbw':>7} {'busbw':>7} "
-    f"{'#wrong':>6} {'xMPI':>6} {'model(us)':>10}"
+    f"{'#wrong':>6} {'xMPI':>6} {'paired(IQR)':>17} {'model(us)':>10}"
 )
 
 
 def format_row(r: dict) -> str:
     model = f"{r['predicted_us']:10.1f}" if r["predicted_us"] is not None else f"{'-':>10}"
+    paired = "{:.2f} ({:.2f}-{:.2f})".format(*r["x_mpi_paired"]) if r["algorithm"] != "mpi" else "-"
     return (
         f"{human(r['size']):>8} {r['count']:>10} {r['dtype']:>8} {r['algorithm']:>28} {r['time_us']:11.1f} "
-        f"{r['algbw_GBps']:7.2f} {r['busbw_GBps']:7.2f} {r['wrong']:>6} {r['x_mpi_time']:6.2f} {model}"
+        f"{r['algbw_GBps']:7.2f} {r['busbw_GBps']:7.2f} {r['wrong']:>6} {r['x_mpi_time']:6.2f} {paired:>17} {model}"
         + (f"  torch gloo {r['gloo_us']:.1f} us = {r['gloo_us'] / r['time_us']:.2f}x MPI" if "gloo_us" in r else "")
     )
 
@@ -161,14 +199,16 @@ def gloo_worker(sizes: list[int], dtype: np.dtype, repeats: int | None) -> dict:
     medians = {}
     for nbytes in sizes:
         x = torch.ones(nbytes // dtype.itemsize, dtype=getattr(torch, dtype.name))
-        reps = repeats or int(np.clip(3e8 / max(nbytes, 1), 15, 200))
-        tdist.all_reduce(x)  # warm up: connections, first touch
+        reps, number = repeats or default_repeats(nbytes), calls_per_timing(nbytes)
+        for _ in range(max(number, 3)):
+            tdist.all_reduce(x)  # warm up: connections, first touch
         times = torch.empty(reps, dtype=torch.float64)
         for i in range(reps):
             tdist.barrier()
             t0 = time.perf_counter()
-            tdist.all_reduce(x)
-            times[i] = time.perf_counter() - t0
+            for _ in range(number):
+                tdist.all_reduce(x)
+            times[i] = (time.perf_counter() - t0) / number
         tdist.all_reduce(times, op=tdist.ReduceOp.MAX)
         medians[nbytes] = float(times.median())
     if tdist.get_rank() == 0:
@@ -260,7 +300,10 @@ def main(argv: list[str] | None = None) -> list[dict] | dict:
             f"cost model alpha = {params.alpha * 1e6:.2f} us, beta = {params.beta * 1e9:.3f} ns/B, "
             f"gamma = {params.gamma * 1e9:.3f} ns/B ({'built-in' if args.no_calibrate else 'calibrated'})"
         )
-        print("# algbw, busbw in GB/s; xMPI = time / MPI.Allreduce time; model = cost-model prediction")
+        print(
+            "# algbw, busbw in GB/s; xMPI = time / MPI.Allreduce time; paired = median (IQR) of per-repeat ratios; "
+            "model = cost-model prediction"
+        )
         print(HEADER, flush=True)
     gloo = gloo_times(comm, args) if args.torch_gloo else {}
     rows = run(comm, sizes, algorithms, dtype, not args.no_check, args.repeats, echo=not args.json, gloo=gloo)

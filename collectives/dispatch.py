@@ -87,7 +87,7 @@ def allreduce(comm: Any, x: Any, op: str = "sum", algorithm: str = "auto", check
     and products that overflow wrap round modulo 2^bits, as NumPy's and MPI's do (common.py). With
     ``check=False`` the agreement check on shape/dtype/op is skipped (only when you know they agree).
     """
-    if check and type(x) is np.ndarray and x.flags.c_contiguous and algorithm in ("auto", "recursive_doubling"):
+    if check and type(x) is np.ndarray and algorithm in ("auto", "recursive_doubling"):
         out = fastpath.allreduce(comm, x, op, algorithm == "auto")  # short and checked: fastpath.py
         if out is not None:
             return out

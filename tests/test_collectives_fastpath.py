@@ -45,11 +45,11 @@ def test_fast_path_sends_the_general_paths_messages_and_returns_its_bits(p, dtyp
 
 
 def test_the_plan_is_used_and_follows_the_cost_parameters():
-    fastpath._plans.clear()
+    fastpath.clear()
     x = np.ones(64, np.float32)
     collectives.simulate(4, lambda comm: collectives.allreduce(comm, x))
     plans = [plan for plan in fastpath._plans.values() if plan is not None]
-    assert len(plans) == 4 and all(plan.size == 64 for plan in plans)
+    assert len(plans) == 4 and all(plan.send.size == 64 for plan in plans)
     before = cost.get_params()
     try:  # bandwidth-bound parameters: "auto" now picks another algorithm, and the plans step aside
         cost.set_params(cost.CostParams(1e-12, 1e-3, 1e-3))
@@ -79,8 +79,69 @@ def test_plans_do_not_keep_communicators_alive():
     import gc
     import weakref
 
-    fastpath._plans.clear()
+    fastpath.clear()
     refs = collectives.simulate(2, lambda comm: (collectives.allreduce(comm, np.ones(4)), weakref.ref(comm))[1])
     assert len(fastpath._plans) == 2
     gc.collect()
     assert all(ref() is None for ref in refs)
+
+
+@pytest.mark.parametrize("p", [2, 4, 5])
+@pytest.mark.parametrize("layout", ["strided", "fortran", "0-d"])
+def test_fast_path_takes_any_layout_and_leaves_x_alone(p, layout):
+    # the plan copies x into its send buffer by a NumPy assignment, so strided and Fortran-order arrays take
+    # the fast path too; the result is a new C-contiguous array with the general path's bits
+    def data(rank):
+        base = rank_data(7, rank, (6, 8), "float64", "sum")
+        return {"strided": base[::2, 1::3], "fortran": np.asfortranarray(base), "0-d": base[1, 2].reshape(())}[layout]
+
+    def fast(comm):
+        x = data(comm.Get_rank())
+        before = x.copy()
+        outs = [collectives.allreduce(comm, x) for _ in range(3)]  # the later calls run on the plan
+        assert np.array_equal(x, before)
+        return outs
+
+    res, _ = record(p, fast)
+    general, _ = record(p, lambda comm: ALLREDUCE["recursive_doubling"](comm, data(comm.Get_rank()), "sum", True))
+    for outs, ref in zip(res, general):
+        for out in outs:
+            assert out.tobytes() == ref.tobytes() and out.shape == ref.shape and out.flags.c_contiguous
+            assert isinstance(out, np.ndarray) and not np.shares_memory(out, data(0))
+        assert not np.shares_memory(outs[0], outs[1])
+
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+def test_after_a_mismatch_the_plan_agrees_again(p):
+    # a disagreement marks the plan's send buffer DIFFERS for the steps after it; the next call must send
+    # AGREED again (and so get the right answer, not a MismatchError)
+    def fn(comm):
+        rank, results = comm.Get_rank(), []
+        for bad in (False, True, False, True, True, False):
+            x = np.ones(9 if bad and rank == 0 else 8, np.float32)
+            try:
+                results.append(collectives.allreduce(comm, x).tolist())
+            except collectives.MismatchError:
+                results.append("mismatch")
+        return results
+
+    res = collectives.simulate(p, fn)
+    ok = np.full(8, float(p)).tolist()
+    assert all(r == [ok, "mismatch", ok, "mismatch", "mismatch", ok] for r in res)
+
+
+def test_the_last_plan_follows_the_call():
+    # calls that alternate between communicators, shapes, dtypes and ops each get their own plan
+    fastpath.clear()
+
+    def fn(comm):
+        other = comm.Dup()
+        outs = []
+        for i in range(4):
+            c = comm if i % 2 else other
+            outs.append(collectives.allreduce(c, np.full(4 + i % 2, comm.Get_rank() + 1, np.int64), "max"))
+            outs.append(collectives.allreduce(c, np.full(3, comm.Get_rank() + 1, np.int32)))
+        return [o.tolist() for o in outs]
+
+    res = collectives.simulate(4, fn)
+    assert all(r == [[4] * (4 + i % 2) if j == 0 else [10] * 3 for i in range(4) for j in range(2)] for r in res)

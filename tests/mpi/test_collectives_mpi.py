@@ -149,6 +149,36 @@ def test_short_checked_allreduce_detects_any_disagreement(comm, what):
     np.testing.assert_array_equal(collectives.allreduce(comm, np.ones(256, np.float32)), np.full(256, p, np.float32))
 
 
+def test_short_allreduce_plans_on_mpi_communicators(comm):
+    # fastpath.py on mpi4py: persistent requests per plan, one plan per (communicator, shape, dtype, op);
+    # calls alternating between communicators and arrays, mismatches between them, then the plans freed
+    from collectives import fastpath
+    from collectives.dispatch import ALLREDUCE
+
+    rank, p = comm.Get_rank(), comm.Get_size()
+    other = comm.Dup()
+    try:
+        for i in range(6):
+            c = other if i % 2 else comm
+            for dtype, op, shape in [("float32", "sum", (256,)), ("int64", "max", (3, 5)), ("uint8", "bxor", ())]:
+                x = rank_data(i, rank, shape, dtype, op)
+                x = x[::-1] if x.ndim == 1 else x  # a strided view takes the plan too
+                out = collectives.allreduce(c, x, op=op)
+                ref = ALLREDUCE["recursive_doubling"](c, x, op, True)
+                assert out.tobytes() == ref.tobytes() and out.shape == x.shape and out.dtype == x.dtype
+                assert same_bits_everywhere(comm, out)
+                if op != "bxor":
+                    np.testing.assert_array_equal(out, mpi_allreduce(c, np.ascontiguousarray(x), op))
+            if i % 3 == 2:
+                bad = np.ones(257 if rank == p - 1 else 256, np.float32)
+                with pytest.raises(collectives.MismatchError, match=rf"ranks \[{p - 1}\]"):
+                    collectives.allreduce(c, bad)
+    finally:
+        fastpath.clear()  # frees the plans' persistent requests (MPI would warn at exit of any left)
+        other.Free()
+    np.testing.assert_array_equal(collectives.allreduce(comm, np.ones(4)), np.full(4, p))
+
+
 def test_unsupported_op_dtype_pairs_raise_on_every_rank(comm):
     with pytest.raises(TypeError, match="complex"):
         collectives.allreduce(comm, np.ones(3, np.complex64), op="max")
