@@ -181,6 +181,33 @@ def batch_norm_train(
     return BatchNormTrainFunction.apply(x, weight, bias, **kw)
 
 
+def training_statistics(
+    x: np.ndarray,
+    running_mean: np.ndarray | None,
+    running_var: np.ndarray | None,
+    momentum: float | None,
+    num_batches_tracked: np.ndarray | None,
+    gather: Gather | None = None,
+) -> Moments:
+    """The batch statistics of x (``batch_moments``), checked to hold more than one value per channel, with
+    the running arrays (if given) updated in place in float64 arithmetic; ``momentum=None`` is the cumulative
+    average (factor 1 / num_batches_tracked), as PyTorch."""
+    stats = batch_moments(x, gather)
+    count = stats.count
+    if count < 2:
+        over_ranks = f" ({count} over all ranks)" if gather is not None else ""
+        raise ValueError(
+            f"batch_norm: expected more than 1 value per channel when training, got input shape {x.shape}{over_ranks}"
+        )
+    if running_mean is not None:
+        if num_batches_tracked is not None:
+            num_batches_tracked += 1
+        f = momentum if momentum is not None else 1.0 / float(num_batches_tracked)
+        running_mean[...] = (1 - f) * running_mean + f * stats.mean  # in float64, stored in its dtype
+        running_var[...] = (1 - f) * running_var + (f * count / (count - 1)) * stats.var  # unbiased
+    return stats
+
+
 def batch_norm(
     x: Tensor,
     running_mean: np.ndarray | None,
@@ -209,20 +236,7 @@ def batch_norm(
         if a is not None and tuple(a.shape) != (c,):
             raise ValueError(f"batch_norm: {name} must have shape ({c},) for input of shape {x.shape}, got {a.shape}")
     if training:
-        stats = batch_moments(x.data, gather)
-        count = stats.count
-        if count < 2:
-            over_ranks = f" ({count} over all ranks)" if gather is not None else ""
-            raise ValueError(
-                f"batch_norm: expected more than 1 value per channel when training, got input shape "
-                f"{x.shape}{over_ranks}"
-            )
-        if running_mean is not None:
-            if num_batches_tracked is not None:
-                num_batches_tracked += 1
-            f = momentum if momentum is not None else 1.0 / float(num_batches_tracked)
-            running_mean[...] = (1 - f) * running_mean + f * stats.mean  # in float64, stored in its dtype
-            running_var[...] = (1 - f) * running_var + (f * count / (count - 1)) * stats.var  # unbiased
+        stats = training_statistics(x.data, running_mean, running_var, momentum, num_batches_tracked, gather)
         return batch_norm_train(x, weight, bias, stats, eps, reduce)
     if running_mean is None or running_var is None:
         raise ValueError("batch_norm: evaluation mode needs running_mean and running_var")
