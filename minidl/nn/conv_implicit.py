@@ -56,28 +56,34 @@ def chunk_size(n: int, per_sample_bytes: int, budget: int = CHUNK_BYTES) -> int:
     return max(1, min(n, budget // max(per_sample_bytes, 1)))
 
 
-def shifted_matmuls(xf: np.ndarray, taps: np.ndarray, row: int, rows: int) -> np.ndarray:
-    """sum over taps (i, j) of taps[i, j] @ xf[:, :, i*row + j : i*row + j + rows*row]  -> [N, O, rows*row].
+def shifted_matmuls(xf: np.ndarray, taps: np.ndarray, row: int, rows: int, width: int) -> np.ndarray:
+    """sum over taps (i, j) of taps[i, j] @ xf[:, :, i*row + j : i*row + j + rows*row], cropped to ``width``
+    columns per row: -> [N, O, rows, width] (contiguous).
 
     xf [N, C, L] flat padded input with row length ``row``; taps [kh, kw, O, C]. The batch goes in
-    chunks of a few samples so that the kh*kw - 1 accumulations ``out += tmp`` run in cache rather
-    than as passes through memory (2x faster at 32x32x16, measured).
+    chunks of a few samples so that the kh*kw - 1 accumulations ``acc += tmp`` run in cache rather
+    than as passes through memory (2x faster at 32x32x16, measured), and each chunk's crop (dropping
+    the row - width wrapped-around columns) is copied out of cache into the result: no full-size
+    [N, O, rows*row] temporary.
     """
     kh, kw, o, _ = taps.shape
     n, length = xf.shape[0], rows * row
-    out = np.empty((n, o, length), dtype=xf.dtype)
+    out = np.empty((n, o, rows, width), dtype=xf.dtype)
     nb = chunk_size(n, o * length * xf.itemsize)
+    acc = np.empty((nb, o, length), dtype=xf.dtype)
     tmp = np.empty((nb, o, length), dtype=xf.dtype)
     for s in range(0, n, nb):
-        oc, tc = out[s : s + nb], tmp[: min(nb, n - s)]
+        m = min(nb, n - s)
+        ac, tc = acc[:m], tmp[:m]
         for i in range(kh):
             for j in range(kw):
-                view = xf[s : s + nb, :, i * row + j : i * row + j + length]
+                view = xf[s : s + m, :, i * row + j : i * row + j + length]
                 if i == 0 and j == 0:
-                    np.matmul(taps[i, j], view, out=oc)
+                    np.matmul(taps[i, j], view, out=ac)
                 else:
                     np.matmul(taps[i, j], view, out=tc)
-                    oc += tc
+                    ac += tc
+        out[s : s + m] = ac.reshape(m, o, rows, row)[:, :, :, :width]
     return out
 
 
@@ -108,11 +114,11 @@ class ImplicitConv2dFunction(Function):
         oh, ow = check_window(x.shape, (kh, kw), (1, 1), padding, "conv2d")
         if ph >= kh or pw >= kw:
             raise ValueError(f"conv2d (implicit): padding {padding} must be smaller than the kernel {(kh, kw)}")
-        n, o, wp = x.shape[0], weight.shape[0], x.shape[3] + 2 * pw
+        wp = x.shape[3] + 2 * pw
         xf = flat_pad(x, padding, kw)
-        outf = shifted_matmuls(xf, weight.transpose(2, 3, 0, 1), wp, oh)  # [N, O, OH*Wp]
-        out = outf.reshape(n, o, oh, wp)[:, :, :, :ow]
-        out = out + bias[:, None, None] if bias is not None else np.ascontiguousarray(out)
+        out = shifted_matmuls(xf, weight.transpose(2, 3, 0, 1), wp, oh, ow)  # [N, O, OH, OW]
+        if bias is not None:
+            out += bias[:, None, None]
         self.save_for_backward(xf, weight)
         self.x_shape, self.padding = x.shape, padding
         return out
@@ -129,12 +135,19 @@ class ImplicitConv2dFunction(Function):
             gp = flat_pad(g, full, kw)
             row = ow + 2 * full[1]
             flipped = weight[:, :, ::-1, ::-1].transpose(2, 3, 1, 0)  # [kh, kw, C, O]
-            dx = shifted_matmuls(gp, flipped, row, h).reshape(n, c, h, row)[:, :, :, :w]
+            dx = shifted_matmuls(gp, flipped, row, h, w)
         if self.needs_input_grad[1]:
             wp = w + 2 * pw
-            gf = np.zeros((n, o, oh, wp), dtype=g.dtype)
-            gf[:, :, :, :ow] = g
-            dw = np.ascontiguousarray(shifted_weight_grad(gf.reshape(n, o, oh * wp), xf, kh, kw, wp))
+            if self.needs_input_grad[0] and row == wp:
+                # kw - 1 = 2 pw (a "same" width): gp's rows are wp long, g sits at row offset full[0] and
+                # column offset full[1] with zeros between the rows, so gf is a slice of gp (no copy)
+                start = full[0] * row + full[1]
+                gf = gp[:, :, start : start + oh * wp]
+            else:
+                gf = np.zeros((n, o, oh, wp), dtype=g.dtype)
+                gf[:, :, :, :ow] = g
+                gf = gf.reshape(n, o, oh * wp)
+            dw = np.ascontiguousarray(shifted_weight_grad(gf, xf, kh, kw, wp))
         if len(self.parents) == 3 and self.needs_input_grad[2]:
             db = g.sum(axis=(0, 2, 3))
         return (dx, dw) if len(self.parents) == 2 else (dx, dw, db)
