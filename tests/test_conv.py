@@ -91,11 +91,14 @@ def test_implicit_and_im2col_agree_float32(rng):
             np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("kernel,padding", [((3, 3), (1, 1)), ((2, 3), (0, 1)), ((3, 2), (1, 0)), ((1, 1), (0, 0))])
+@pytest.mark.parametrize(
+    "kernel,padding",
+    [((3, 3), (1, 1)), ((2, 3), (0, 1)), ((3, 2), (1, 0)), ((1, 1), (0, 0)), ((2, 2), (1, 1)), ((1, 3), (0, 2))],
+)
 @pytest.mark.parametrize("input_grad", [True, False])
 def test_implicit_weight_grad_with_and_without_input_grad(rng, kernel, padding, input_grad):
-    """The implicit backward takes the weight gradient's padded g from the input gradient's (a slice, when the
-    width is "same") or builds it (no input gradient: a ResNet's stem); both against the im2col path."""
+    """The implicit path (rows of W + pw values; the weight gradient's g a slice of the input gradient's padded
+    g) against the im2col one, with and without an input gradient (a ResNet's stem has none)."""
     x = rng.standard_normal((2, 3, 6, 5))
     w = rng.standard_normal((4, 3) + kernel)
     g = rng.standard_normal((2, 4, 6 + 2 * padding[0] - kernel[0] + 1, 5 + 2 * padding[1] - kernel[1] + 1))
