@@ -47,10 +47,10 @@ CONV_CASES = [  # (N, C, H, W, O, kernel, stride, padding, bias)
 
 
 def _methods(case):
-    """im2col and gemm always, implicit where it applies (stride 1, padding < kernel)."""
+    """im2col, gemm and polyphase always, implicit where it applies (stride 1, padding < kernel)."""
     _, _, _, _, _, k, s, p, _ = case
     implicit = s == (1, 1) and p[0] < k[0] and p[1] < k[1]
-    return [(case, "im2col"), (case, "gemm")] + ([(case, "implicit")] if implicit else [])
+    return [(case, "im2col"), (case, "gemm"), (case, "polyphase")] + ([(case, "implicit")] if implicit else [])
 
 
 METHOD_CASES = [mc for case in CONV_CASES for mc in _methods(case)]
@@ -81,7 +81,7 @@ def test_implicit_and_im2col_agree_float32(rng):
     w = minidl.tensor(rng.standard_normal((6, 8, 3, 3)).astype(np.float32) * 0.1, requires_grad=True)
     g = rng.standard_normal((4, 6, 12, 10)).astype(np.float32)
     results = []
-    for method in ("im2col", "implicit", "gemm"):
+    for method in ("im2col", "implicit", "gemm", "polyphase"):
         x.grad = w.grad = None
         y = F.conv2d(x, w, None, 1, 1, method=method)
         y.backward(g)
