@@ -67,7 +67,9 @@ def shifted_matmuls(xf: np.ndarray, taps: np.ndarray, row: int, rows: int, width
     """sum over taps (i, j) of taps[i, j] @ xf[:, :, i*row + j : i*row + j + rows*row], cropped to ``width``
     columns per row: -> [N, O, rows, width] (contiguous).
 
-    xf [N, C, L] flat padded input with row length ``row``; taps [kh, kw, O, C]. The batch goes in
+    xf [N, C, L] flat padded input with row length ``row``; taps [kh, kw, O, C], contiguous: np.matmul
+    hands BLAS only matrices with a unit stride in one dimension and runs its own, slower loop on a
+    strided view such as weight[:, :, i, j] (23% slower at 8x8x64, measured). The batch goes in
     chunks of a few samples so that the kh*kw - 1 accumulations ``acc += tmp`` run in cache rather
     than as passes through memory (2x faster at 32x32x16, measured), and each chunk's crop (dropping
     the row - width wrapped-around columns) is copied out of cache into the result: no full-size
@@ -122,7 +124,8 @@ class ImplicitConv2dFunction(Function):
         if ph >= kh or pw >= kw:
             raise ValueError(f"conv2d (implicit): padding {padding} must be smaller than the kernel {(kh, kw)}")
         xf = flat_pad(x, padding, kw)
-        out = shifted_matmuls(xf, weight.transpose(2, 3, 0, 1), x.shape[3] + pw, oh, ow)  # [N, O, OH, OW]
+        taps = np.ascontiguousarray(weight.transpose(2, 3, 0, 1))  # [kh, kw, O, C]: each tap BLAS-ready (below)
+        out = shifted_matmuls(xf, taps, x.shape[3] + pw, oh, ow)  # [N, O, OH, OW]
         if bias is not None:
             out += bias[:, None, None]
         self.save_for_backward(xf, weight)
@@ -140,7 +143,7 @@ class ImplicitConv2dFunction(Function):
         gp = flat_pad(g, full, kw)  # rows of ow + full[1] = w + pw values, the forward's row length
         row = w + pw
         if self.needs_input_grad[0]:
-            flipped = weight[:, :, ::-1, ::-1].transpose(2, 3, 1, 0)  # [kh, kw, C, O]
+            flipped = np.ascontiguousarray(weight[:, :, ::-1, ::-1].transpose(2, 3, 1, 0))  # [kh, kw, C, O]
             dx = shifted_matmuls(gp, flipped, row, h, w)
         if self.needs_input_grad[1]:
             start = full[0] * row + full[1]  # g's first pixel; the zeros after each row are the dropped columns

@@ -81,9 +81,8 @@ class PolyphaseConv2dFunction(Function):
         hp, wp = x.shape[2] + 2 * ph, x.shape[3] + 2 * pw
         row, rows = -(-wp // sw), -(-hp // sh) + 1  # one spare zero row: the last taps' slices run past the end
         f = phases(pad2d(x, padding), stride, row, rows)
-        terms = [
-            (weight[:, :, i, j], f[i % sh, j % sw], (i // sh) * row + j // sw) for i in range(kh) for j in range(kw)
-        ]
+        taps = np.ascontiguousarray(weight.transpose(2, 3, 0, 1))  # [kh, kw, O, C]: BLAS-ready (conv_implicit.py)
+        terms = [(taps[i, j], f[i % sh, j % sw], (i // sh) * row + j // sw) for i in range(kh) for j in range(kw)]
         out = tap_sum(terms, row, oh, ow)
         if bias is not None:
             out += bias[:, None, None]
@@ -107,9 +106,10 @@ class PolyphaseConv2dFunction(Function):
         dx = dw = db = None
         if self.needs_input_grad[0]:
             dxp = np.zeros((n, c, h + 2 * ph, w + 2 * pw), dtype=g.dtype)
+            taps_t = np.ascontiguousarray(weight.transpose(2, 3, 1, 0))  # [kh, kw, C, O]
             for a, b in f:
                 terms = [
-                    (weight[:, :, i, j].T, gp, (di_max - i // sh) * row + dj_max - j // sw)
+                    (taps_t[i, j], gp, (di_max - i // sh) * row + dj_max - j // sw)
                     for i, j in taps
                     if (i % sh, j % sw) == (a, b)
                 ]
