@@ -14,7 +14,7 @@ The same arithmetic, in the same order, as the composed ops (BatchNorm2d, then `
 so the results agree to the last bit; what changes is the memory traffic. The composed ops allocate
 three [N, C, H, W] outputs (norm, add, relu) and a mask, and their backward three more arrays; here
 y is one array updated in place, the mask is recomputed from y, and the backward allocates gz and dx
-only. On a CPU these arrays (4 MiB at 32x32x16, batch 64) are fresh pages for every step, so fewer of
+only (sum(gz * xhat) is a per-channel dot product, norm.channel_dot). On a CPU these arrays (4 MiB at 32x32x16, batch 64) are fresh pages for every step, so fewer of
 them is fewer page faults as well as fewer passes (measured: ``benchmarks/cnn.py``).
 
 ``batch_norm_relu`` takes the fused path for a plain affine ``BatchNorm2d`` in training mode outside
@@ -27,7 +27,7 @@ import numpy as np
 
 from minidl import amp
 from minidl.nn.module import Module
-from minidl.nn.norm import BatchNorm2d, Moments, _per_channel, channel_sum, training_statistics
+from minidl.nn.norm import BatchNorm2d, Moments, _per_channel, channel_dot, channel_sum, training_statistics
 from minidl.tensor import Function, Tensor
 
 
@@ -54,13 +54,12 @@ class BatchNormReLUFunction(Function):
         xhat, invstd, weight, y = self.saved_tensors
         nd = g.ndim
         gz = g * (y > 0)
-        t = gz * xhat
-        sums = np.stack([channel_sum(gz, np.float64), channel_sum(t, np.float64)])  # [sum gz, sum gz xhat]
+        sums = np.stack([channel_sum(gz, np.float64), channel_dot(gz, xhat, np.float64)])  # [sum gz, sum gz xhat]
         dbeta, dgamma = sums.astype(g.dtype)
         dx = None
         if self.needs_input_grad[0]:
             s0, s1 = sums.astype(g.dtype)
-            dx = np.multiply(xhat, _per_channel(-s1 / self.count, nd), out=t)  # t is spent: dx takes its memory
+            dx = xhat * _per_channel(-s1 / self.count, nd)
             dx += gz
             dx -= _per_channel(s0 / self.count, nd)
             dx *= _per_channel(weight * invstd, nd)
