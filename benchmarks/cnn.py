@@ -21,6 +21,8 @@ each of minidl's algorithms and "auto" beside torch.nn.functional.conv2d, interl
     python benchmarks/cnn.py --quick            # a few small steps (CI smoke run)
     python benchmarks/cnn.py --profile          # minidl only, with a cProfile of the step
     python benchmarks/cnn.py --layers           # per-layer times, every algorithm against PyTorch
+    python benchmarks/cnn.py --baseline DIR     # also an earlier minidl checkout (git archive REV | tar -x -C DIR),
+                                                # in the same interleaved rounds: before/after in one run
 """
 
 from __future__ import annotations
@@ -129,11 +131,12 @@ def _child(args) -> None:
 
 
 def _spawn(impl: str, args) -> dict | None:
+    script = __file__ if impl != "baseline" else os.path.join(args.baseline, "benchmarks", "cnn.py")
     return spawn(
-        __file__,
+        script,
         [
             "--child",
-            impl,
+            "minidl" if impl == "baseline" else impl,
             "--batch",
             str(args.batch),
             "--steps",
@@ -160,6 +163,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="batch 8, 2 steps: a smoke run")
     parser.add_argument("--profile", action="store_true", help="cProfile the minidl step (minidl only)")
     parser.add_argument("--layers", action="store_true", help="time single conv layers (ResNet-50 and -20 shapes)")
+    parser.add_argument("--baseline", help="an earlier minidl checkout to time in the same rounds (before/after)")
     parser.add_argument("--child", choices=["minidl", "torch"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.layers:
@@ -183,13 +187,34 @@ def main() -> None:
     except ImportError:
         impls = ["minidl"]
         print("PyTorch not installed: timing minidl only")
+    if args.baseline and not args.profile:
+        impls.append("baseline")
     rounds: list[dict[str, dict | None]] = []
     for _ in range(1 if args.profile else args.rounds):
         rounds.append({name: _spawn(name, args) for name in impls})
     print("CPU time (the process's own CPU seconds: the fairer number on a shared machine):")
     report(rounds, impls, "cpu_images_per_s", "images/CPU-s", target=0.8)
+    _report_baseline(rounds, "cpu_images_per_s", "images/CPU-s")
     print("wall clock:")
     report(rounds, impls, "images_per_s", "images/s", target=0.8)
+    _report_baseline(rounds, "images_per_s", "images/s")
+
+
+def _report_baseline(rounds: list[dict[str, dict | None]], key: str, unit: str) -> None:
+    """minidl against the --baseline checkout: ratio of the medians and the spread of the per-round ratios;
+    and the baseline's own ratio to torch, from the same rounds."""
+    import statistics
+
+    pairs = [(r["minidl"][key], r["baseline"][key]) for r in rounds if r.get("minidl") and r.get("baseline")]
+    if not pairs:
+        return
+    ratio = statistics.median(a for a, _ in pairs) / statistics.median(b for _, b in pairs)
+    per_round = sorted(a / b for a, b in pairs)
+    print(f"  ratio minidl / baseline: {ratio:.2f}x {unit} (per round {per_round[0]:.2f}-{per_round[-1]:.2f}x)")
+    both = [(r["baseline"][key], r["torch"][key]) for r in rounds if r.get("baseline") and r.get("torch")]
+    if both:
+        base = statistics.median(a for a, _ in both) / statistics.median(b for _, b in both)
+        print(f"  ratio baseline / torch: {base:.2f}x {unit}")
 
 
 if __name__ == "__main__":

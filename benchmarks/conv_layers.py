@@ -30,6 +30,7 @@ LAYERS = [  # (name, N, C, H=W, O, k, stride, padding)
     ("R20 3x3 16x16x32", 64, 32, 16, 32, 3, 1, 1),
     ("R20 3x3 8x8x64", 64, 64, 8, 64, 3, 1, 1),
     ("R20 3x3 s2 32->16x16x32", 64, 16, 32, 32, 3, 2, 1),
+    ("R20 3x3 s2 16->8x8x64", 64, 32, 16, 64, 3, 2, 1),
 ]
 
 
@@ -59,7 +60,7 @@ def _candidates(layer, rng):
     w = (rng.standard_normal((o, c, k, k)) / np.sqrt(c * k * k)).astype(np.float32)
     oh = (s + 2 * padding - k) // stride + 1
     g = rng.standard_normal((n, o, oh, oh), dtype=np.float32)
-    methods = ["auto", "im2col", "gemm"] + (["implicit"] if stride == 1 else [])
+    methods = ["auto", "im2col", "gemm", "polyphase"] + (["implicit"] if stride == 1 else [])
     cands = {m: _minidl_step(x, w, g, stride, padding, m) for m in methods}
     try:
         import torch

@@ -47,10 +47,10 @@ CONV_CASES = [  # (N, C, H, W, O, kernel, stride, padding, bias)
 
 
 def _methods(case):
-    """im2col and gemm always, implicit where it applies (stride 1, padding < kernel)."""
+    """im2col, gemm and polyphase always, implicit where it applies (stride 1, padding < kernel)."""
     _, _, _, _, _, k, s, p, _ = case
     implicit = s == (1, 1) and p[0] < k[0] and p[1] < k[1]
-    return [(case, "im2col"), (case, "gemm")] + ([(case, "implicit")] if implicit else [])
+    return [(case, "im2col"), (case, "gemm"), (case, "polyphase")] + ([(case, "implicit")] if implicit else [])
 
 
 METHOD_CASES = [mc for case in CONV_CASES for mc in _methods(case)]
@@ -81,7 +81,7 @@ def test_implicit_and_im2col_agree_float32(rng):
     w = minidl.tensor(rng.standard_normal((6, 8, 3, 3)).astype(np.float32) * 0.1, requires_grad=True)
     g = rng.standard_normal((4, 6, 12, 10)).astype(np.float32)
     results = []
-    for method in ("im2col", "implicit", "gemm"):
+    for method in ("im2col", "implicit", "gemm", "polyphase"):
         x.grad = w.grad = None
         y = F.conv2d(x, w, None, 1, 1, method=method)
         y.backward(g)
@@ -89,6 +89,28 @@ def test_implicit_and_im2col_agree_float32(rng):
     for fast in results[1:]:
         for a, b in zip(results[0], fast):
             np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "kernel,padding",
+    [((3, 3), (1, 1)), ((2, 3), (0, 1)), ((3, 2), (1, 0)), ((1, 1), (0, 0)), ((2, 2), (1, 1)), ((1, 3), (0, 2))],
+)
+@pytest.mark.parametrize("input_grad", [True, False])
+def test_implicit_weight_grad_with_and_without_input_grad(rng, kernel, padding, input_grad):
+    """The implicit path (rows of W + pw values; the weight gradient's g a slice of the input gradient's padded
+    g) against the im2col one, with and without an input gradient (a ResNet's stem has none)."""
+    x = rng.standard_normal((2, 3, 6, 5))
+    w = rng.standard_normal((4, 3) + kernel)
+    g = rng.standard_normal((2, 4, 6 + 2 * padding[0] - kernel[0] + 1, 5 + 2 * padding[1] - kernel[1] + 1))
+    results = []
+    for method in ("im2col", "implicit"):
+        xt, wt = minidl.tensor(x, requires_grad=input_grad), minidl.tensor(w, requires_grad=True)
+        F.conv2d(xt, wt, None, 1, padding, method=method).backward(g)
+        results.append((wt.grad, xt.grad))
+    np.testing.assert_allclose(results[1][0], results[0][0], rtol=1e-10, atol=1e-12)
+    if input_grad:
+        np.testing.assert_allclose(results[1][1], results[0][1], rtol=1e-10, atol=1e-12)
+        assert results[1][1].flags.c_contiguous
 
 
 @settings(max_examples=25)

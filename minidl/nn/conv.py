@@ -14,10 +14,12 @@ NCHW with no transpose of the large arrays; np.matmul runs it as one BLAS GEMM p
 With ``groups`` G, W is [G, O/G, K/G] and cols [N, G, K/G, P]: a matmul batched over samples and
 groups. Dilation d spreads the taps (tap (i, j) reads x_pad[.., d*i + s*oh, d*j + s*ow]).
 
-Three algorithms compute the same thing (tests check each against the others and a direct loop):
+Four algorithms compute the same thing (tests check each against the others and a direct loop):
 "im2col" (this file; any options), "implicit" (conv_implicit.py: stride 1, no im2col copy, fastest
-for few channels) and "gemm" (conv_gemm.py: one matrix product over the whole batch, fastest when
-K = C*kh*kw is large and the images small, as in a ResNet's deep stages).
+for few channels), "polyphase" (conv_polyphase.py: a strided convolution as stride-1 ones over the
+input's phases, no im2col copy; no dilation or groups) and "gemm" (conv_gemm.py: one matrix product
+over the whole batch, fastest when K = C*kh*kw is large and the images small, as in a ResNet's deep
+stages).
 """
 
 from __future__ import annotations
@@ -27,12 +29,13 @@ import numpy as np
 from minidl.nn import init
 from minidl.nn.conv_gemm import GemmConv2dFunction
 from minidl.nn.conv_implicit import ImplicitConv2dFunction
+from minidl.nn.conv_polyphase import PolyphaseConv2dFunction
 from minidl.nn.im2col import check_conv_args, check_window, col2im, im2col, pair
 from minidl.nn.module import Module, Parameter
 from minidl.nn.pad import PADDING_MODES, pad2d, same_padding
 from minidl.tensor import Function, Tensor, get_default_dtype
 
-METHODS = ("auto", "im2col", "implicit", "gemm")
+METHODS = ("auto", "im2col", "implicit", "gemm", "polyphase")
 GEMM_MIN_DEPTH = 1024  # "auto" takes "gemm" when K = C*kh*kw reaches this (measured: benchmarks/cnn.py --layers)
 
 
@@ -73,12 +76,15 @@ class Conv2dFunction(Function):
 def choose_method(weight_shape, stride, padding, dilation, groups) -> str:
     """What "auto" runs (measured: ``benchmarks/cnn.py --layers``): "im2col" for 1x1 convolutions (their
     im2col is the input itself, or a subsample), "implicit" for stride-1 ones with a shallow
-    K = C*kh*kw, "gemm" otherwise (deep layers, strides, dilation, groups)."""
+    K = C*kh*kw, "polyphase" for strided ones with a shallow K (ResNet-20's 3x3 stride-2: 12.9 against
+    17.9 ms by "gemm", measured), "gemm" otherwise (deep layers, dilation, groups)."""
     o, cg, kh, kw = weight_shape
     if kh * kw == 1 and groups == 1:
         return "im2col"
     if implicit_applies(weight_shape, stride, padding, dilation, groups) and cg * kh * kw < GEMM_MIN_DEPTH:
         return "implicit"
+    if dilation == (1, 1) and groups == 1 and cg * kh * kw < GEMM_MIN_DEPTH:
+        return "polyphase"
     return "gemm"
 
 
@@ -102,7 +108,7 @@ def conv2d(
     """x [N, C, H, W], weight [O, C/groups, kh, kw], bias [O] or None -> [N, O, OH, OW] (PyTorch's F.conv2d).
 
     ``padding``: an int, a pair, "valid" (none) or "same" (stride 1 only; the output keeps H x W).
-    ``method``: "im2col", "implicit", "gemm" (see the module docstring) or "auto" (choose_method).
+    ``method``: "im2col", "implicit", "gemm", "polyphase" (see the module docstring) or "auto" (choose_method).
     """
     stride, dilation = pair(stride, "stride"), pair(dilation, "dilation")
     if method not in METHODS:
@@ -112,6 +118,8 @@ def conv2d(
     padding = resolve_padding(padding, weight.shape[2:], stride, dilation)
     if len(padding) == 4:  # asymmetric "same": pad explicitly, then a convolution without padding
         x, padding = pad2d(x, padding), (0, 0)
+    if method == "polyphase" and (dilation != (1, 1) or groups != 1):
+        raise ValueError(f"conv2d: the polyphase method needs dilation 1 and groups 1, got {dilation}, {groups}")
     if method == "implicit" and not implicit_applies(weight.shape, stride, padding, dilation, groups):
         raise ValueError(
             f"conv2d: the implicit method needs stride 1, dilation 1, groups 1 and padding < kernel size, got "
@@ -121,6 +129,8 @@ def conv2d(
         method = choose_method(weight.shape, stride, padding, dilation, groups)
     if method == "implicit":
         fn, kw = ImplicitConv2dFunction, {"padding": padding}
+    elif method == "polyphase":
+        fn, kw = PolyphaseConv2dFunction, {"stride": stride, "padding": padding}
     else:
         fn = Conv2dFunction if method == "im2col" else GemmConv2dFunction
         kw = {"stride": stride, "padding": padding, "dilation": dilation, "groups": int(groups)}

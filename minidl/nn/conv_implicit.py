@@ -6,24 +6,31 @@ kernel tap (i, j):
     out = sum_{i, j} W[:, :, i, j] @ cols[:, i, j]          (W[:, :, i, j] is [O, C])
 
 With stride 1, and the padded image stored flat, each tap's block cols[:, i, j] needs no copy at all.
-Let x_pad be [C, Hp, Wp] flattened to xf [C, Hp*Wp]. Compute the output on the padded width, i.e. at
-flat positions q = oh*Wp + ow for ow in [0, Wp) rather than [0, OW); then the input under tap (i, j) is
+Store x_pad row by row with rows of R = W + pw values: the W pixels, then pw zeros, which serve as the
+right padding of their row and the left padding of the next (a window reaching pw columns past either
+edge lands in them). Row t of x_pad (t in [0, H + 2ph); ph zero rows above and below x), column c
+(c in [-pw, W + pw)) is at flat position t*R + c + pw of xf [C, L]. Compute the output at the flat
+positions q = oh*R + ow for ow in [0, R) rather than [0, OW); then the input under tap (i, j) is
 
-    x_pad[c, oh + i, ow + j] = xf[c, q + i*Wp + j],
+    x_pad[c, oh + i, ow + j - pw] = xf[c, q + i*R + j],
 
-a contiguous slice of xf shifted by i*Wp + j. So
+a contiguous slice of xf shifted by i*R + j. So
 
-    outf[:, q] = sum_{i, j} W[:, :, i, j] @ xf[:, q + i*Wp + j]      for q in [0, OH*Wp)
+    outf[:, q] = sum_{i, j} W[:, :, i, j] @ xf[:, q + i*R + j]      for q in [0, OH*R)
 
-and the columns ow >= OW (windows that wrap around a row end) are dropped. The work is the same
+and the columns ow >= OW (OW = W + 2pw - kw + 1 <= R, as pw < kw) are dropped: kw - 1 - pw of every
+R computed columns are waste (one in R at a 3x3 "same" convolution: 8 of 72 at 8x8, against 16 of 80
+when each row stores both its paddings). The work is the same
 matmuls as im2col, without writing and reading the kh*kw times larger cols array; memory traffic is
 what bounds convolutions with few channels, so this is ~2x faster on CPU. The backward passes are the
 same idea:
 
     dx = the same sum over g padded by (kh-1-ph, kw-1-pw) with the flipped, transposed kernel
-         (a stride-1 convolution's input gradient is the "full" correlation with the flipped kernel)
-    dW[:, :, i, j] = sum_n gf[n] @ xf[n, :, i*Wp + j : ...]^T
-         (gf: g on the padded-width grid, 0 in the dropped columns)
+         (a stride-1 convolution's input gradient is the "full" correlation with the flipped kernel);
+         g's flat rows are OW + kw-1-pw = W + pw = R long, the forward's row length
+    dW[:, :, i, j] = sum_n gf[n] @ xf[n, :, i*R + j : ...]^T
+         (gf: g on the forward's output grid, 0 in the dropped columns: exactly the padded g of dx,
+         from its first pixel on, so a slice of it)
 """
 
 from __future__ import annotations
@@ -35,16 +42,16 @@ from minidl.tensor import Function
 
 
 def flat_pad(x: np.ndarray, padding: tuple[int, int], kw: int) -> np.ndarray:
-    """x [N, C, H, W] zero-padded and flattened to [N, C, Hp*Wp + kw - 1].
+    """x [N, C, H, W] zero-padded and flattened to [N, C, (H + 2ph)*R + kw - 1], rows of R = W + pw.
 
-    The kw - 1 extra zeros let the last row's shifted slices run past the end of the image (they feed
-    only dropped columns).
+    Row t of the padded image, column c in [-pw, W + pw), is at t*R + c + pw (module docstring); the
+    last kw - 1 zeros let the last row's shifted slices run past the end (they feed dropped columns).
     """
     n, c, h, w = x.shape
     ph, pw = padding
-    hp, wp = h + 2 * ph, w + 2 * pw
-    xf = np.zeros((n, c, hp * wp + kw - 1), dtype=x.dtype)
-    xf[:, :, : hp * wp].reshape(n, c, hp, wp)[:, :, ph : ph + h, pw : pw + w] = x
+    hp, row = h + 2 * ph, w + pw
+    xf = np.zeros((n, c, hp * row + kw - 1), dtype=x.dtype)
+    xf[:, :, pw : pw + hp * row].reshape(n, c, hp, row)[:, :, ph : ph + h, :w] = x
     return xf
 
 
@@ -56,28 +63,36 @@ def chunk_size(n: int, per_sample_bytes: int, budget: int = CHUNK_BYTES) -> int:
     return max(1, min(n, budget // max(per_sample_bytes, 1)))
 
 
-def shifted_matmuls(xf: np.ndarray, taps: np.ndarray, row: int, rows: int) -> np.ndarray:
-    """sum over taps (i, j) of taps[i, j] @ xf[:, :, i*row + j : i*row + j + rows*row]  -> [N, O, rows*row].
+def shifted_matmuls(xf: np.ndarray, taps: np.ndarray, row: int, rows: int, width: int) -> np.ndarray:
+    """sum over taps (i, j) of taps[i, j] @ xf[:, :, i*row + j : i*row + j + rows*row], cropped to ``width``
+    columns per row: -> [N, O, rows, width] (contiguous).
 
-    xf [N, C, L] flat padded input with row length ``row``; taps [kh, kw, O, C]. The batch goes in
-    chunks of a few samples so that the kh*kw - 1 accumulations ``out += tmp`` run in cache rather
-    than as passes through memory (2x faster at 32x32x16, measured).
+    xf [N, C, L] flat padded input with row length ``row``; taps [kh, kw, O, C], contiguous: np.matmul
+    hands BLAS only matrices with a unit stride in one dimension and runs its own, slower loop on a
+    strided view such as weight[:, :, i, j] (23% slower at 8x8x64, measured). The batch goes in
+    chunks of a few samples so that the kh*kw - 1 accumulations ``acc += tmp`` run in cache rather
+    than as passes through memory (2x faster at 32x32x16, measured), and each chunk's crop (dropping
+    the row - width wrapped-around columns) is copied out of cache into the result: no full-size
+    [N, O, rows*row] temporary.
     """
     kh, kw, o, _ = taps.shape
     n, length = xf.shape[0], rows * row
-    out = np.empty((n, o, length), dtype=xf.dtype)
+    out = np.empty((n, o, rows, width), dtype=xf.dtype)
     nb = chunk_size(n, o * length * xf.itemsize)
+    acc = np.empty((nb, o, length), dtype=xf.dtype)
     tmp = np.empty((nb, o, length), dtype=xf.dtype)
     for s in range(0, n, nb):
-        oc, tc = out[s : s + nb], tmp[: min(nb, n - s)]
+        m = min(nb, n - s)
+        ac, tc = acc[:m], tmp[:m]
         for i in range(kh):
             for j in range(kw):
-                view = xf[s : s + nb, :, i * row + j : i * row + j + length]
+                view = xf[s : s + m, :, i * row + j : i * row + j + length]
                 if i == 0 and j == 0:
-                    np.matmul(taps[i, j], view, out=oc)
+                    np.matmul(taps[i, j], view, out=ac)
                 else:
                     np.matmul(taps[i, j], view, out=tc)
-                    oc += tc
+                    ac += tc
+        out[s : s + m] = ac.reshape(m, o, rows, row)[:, :, :, :width]
     return out
 
 
@@ -108,11 +123,11 @@ class ImplicitConv2dFunction(Function):
         oh, ow = check_window(x.shape, (kh, kw), (1, 1), padding, "conv2d")
         if ph >= kh or pw >= kw:
             raise ValueError(f"conv2d (implicit): padding {padding} must be smaller than the kernel {(kh, kw)}")
-        n, o, wp = x.shape[0], weight.shape[0], x.shape[3] + 2 * pw
         xf = flat_pad(x, padding, kw)
-        outf = shifted_matmuls(xf, weight.transpose(2, 3, 0, 1), wp, oh)  # [N, O, OH*Wp]
-        out = outf.reshape(n, o, oh, wp)[:, :, :, :ow]
-        out = out + bias[:, None, None] if bias is not None else np.ascontiguousarray(out)
+        taps = np.ascontiguousarray(weight.transpose(2, 3, 0, 1))  # [kh, kw, O, C]: each tap BLAS-ready (below)
+        out = shifted_matmuls(xf, taps, x.shape[3] + pw, oh, ow)  # [N, O, OH, OW]
+        if bias is not None:
+            out += bias[:, None, None]
         self.save_for_backward(xf, weight)
         self.x_shape, self.padding = x.shape, padding
         return out
@@ -124,17 +139,16 @@ class ImplicitConv2dFunction(Function):
         h, w = self.x_shape[2:]
         ph, pw = self.padding
         dx = dw = db = None
+        full = (kh - 1 - ph, kw - 1 - pw)
+        gp = flat_pad(g, full, kw)  # rows of ow + full[1] = w + pw values, the forward's row length
+        row = w + pw
         if self.needs_input_grad[0]:
-            full = (kh - 1 - ph, kw - 1 - pw)
-            gp = flat_pad(g, full, kw)
-            row = ow + 2 * full[1]
-            flipped = weight[:, :, ::-1, ::-1].transpose(2, 3, 1, 0)  # [kh, kw, C, O]
-            dx = shifted_matmuls(gp, flipped, row, h).reshape(n, c, h, row)[:, :, :, :w]
+            flipped = np.ascontiguousarray(weight[:, :, ::-1, ::-1].transpose(2, 3, 1, 0))  # [kh, kw, C, O]
+            dx = shifted_matmuls(gp, flipped, row, h, w)
         if self.needs_input_grad[1]:
-            wp = w + 2 * pw
-            gf = np.zeros((n, o, oh, wp), dtype=g.dtype)
-            gf[:, :, :, :ow] = g
-            dw = np.ascontiguousarray(shifted_weight_grad(gf.reshape(n, o, oh * wp), xf, kh, kw, wp))
+            start = full[0] * row + full[1]  # g's first pixel; the zeros after each row are the dropped columns
+            gf = gp[:, :, start : start + oh * row]
+            dw = np.ascontiguousarray(shifted_weight_grad(gf, xf, kh, kw, row))
         if len(self.parents) == 3 and self.needs_input_grad[2]:
             db = g.sum(axis=(0, 2, 3))
         return (dx, dw) if len(self.parents) == 2 else (dx, dw, db)

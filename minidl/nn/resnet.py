@@ -12,7 +12,8 @@ depth = 6n + 2 (20, 32, 44, 56, 110) with w = 16 as in the paper. A BasicBlock c
 
 where the shortcut is the identity, or, when the shape changes, a 1x1 convolution with stride plus a
 norm layer ("option B" in the paper). Module names follow torchvision (conv1, bn1, layer1.0.downsample.0,
-fc), so a PyTorch model built the same way shares its state_dict keys.
+fc), so a PyTorch model built the same way shares its state_dict keys. Each norm-relu and norm-add-relu
+runs as one fused op when the norm is a plain BatchNorm2d in training (bn_relu.py; the same numbers).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from minidl.nn.activation import ReLU
+from minidl.nn.bn_relu import batch_norm_relu
 from minidl.nn.container import Flatten, Identity, Sequential
 from minidl.nn.conv import Conv2d
 from minidl.nn.init import zeros_
@@ -51,10 +53,9 @@ class BasicBlock(Module):
             self.downsample = Sequential(Conv2d(in_planes, planes, 1, stride=stride, bias=bias), _norm(norm, planes))
 
     def forward(self, x: Tensor) -> Tensor:
-        out = self.bn1(self.conv1(x)).relu()
-        out = self.bn2(self.conv2(out))
+        out = batch_norm_relu(self.conv1(x), self.bn1)  # relu(bn1(conv1(x))), fused (bn_relu.py)
         shortcut = x if self.downsample is None else self.downsample(x)
-        return (out + shortcut).relu()
+        return batch_norm_relu(self.conv2(out), self.bn2, shortcut)  # relu(bn2(conv2(out)) + shortcut)
 
 
 class ResNet(Module):
@@ -105,7 +106,7 @@ class ResNet(Module):
         return [u for n in names for u in (blocks if n == "*" else [(n, getattr(self, n))])]
 
     def forward(self, x: Tensor) -> Tensor:
-        x = self.relu(self.bn1(self.conv1(x)))
+        x = batch_norm_relu(self.conv1(x), self.bn1)  # self.relu(self.bn1(...)), fused
         for s in range(self.num_stages):
             x = getattr(self, f"layer{s + 1}")(x)
         return self.fc(self.flatten(self.avgpool(x)))
