@@ -98,3 +98,20 @@ def test_resnet_matches_composed(rng, monkeypatch):
     monkeypatch.setattr(resnet_module, "batch_norm_relu", _composed)
     for a, b in zip(fused, grads()):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_fused_path_leaves_frozen_running_statistics_alone(rng):
+    """Inside ``running_stats_frozen`` (an accumulated pass after the first) the fused path, like the composed
+    one, normalizes by the batch's statistics and updates no running statistic."""
+    from minidl.nn.norm import running_stats_frozen
+
+    bn = nn.BatchNorm2d(3)
+    x = minidl.tensor(rng.standard_normal((4, 3, 5, 5)).astype(np.float32))
+    before = {k: np.array(v, copy=True) for k, v in bn.state_dict().items()}
+    with running_stats_frozen(bn):
+        assert fusable(bn)
+        out = batch_norm_relu(x, bn)
+    assert all(np.array_equal(before[k], v) for k, v in bn.state_dict().items())
+    np.testing.assert_array_equal(out.data, _composed(x, nn.BatchNorm2d(3)).data)
+    batch_norm_relu(x, bn)  # outside: one update
+    assert int(bn.num_batches_tracked) == 1 and not np.array_equal(before["running_mean"], bn.running_mean)

@@ -83,6 +83,9 @@ def batch_norm_relu(x: Tensor, norm: Module, residual: Tensor | None = None) -> 
         out = norm(x)
         return (out if residual is None else out + residual).relu()
     norm.check_input(x)
-    stats = training_statistics(x.data, norm.running_mean, norm.running_var, norm.momentum, norm.num_batches_tracked)
+    tracked = (
+        [norm.running_mean, norm.running_var, norm.num_batches_tracked] if norm.track_running_stats else [None] * 3
+    )
+    stats = training_statistics(x.data, tracked[0], tracked[1], norm.momentum, tracked[2])  # as BatchNorm2d.forward
     inputs = (x, norm.weight, norm.bias) + (() if residual is None else (residual,))
     return BatchNormReLUFunction.apply(*inputs, stats=stats, eps=norm.eps)
