@@ -28,6 +28,8 @@ def check_indices(indices: np.ndarray, num_embeddings: int) -> np.ndarray:
 class EmbeddingFunction(Function):
     """out = W[indices];  dW[r] = sum of dout at the positions where indices == r (r != padding_idx)."""
 
+    fresh_grads = True  # dW is a new array: the engine may adopt it as .grad
+
     def forward(self, weight, *, indices, padding_idx=None):
         if weight.ndim != 2:
             raise ValueError(f"embedding: weight must be 2-D [num_embeddings, dim], got shape {weight.shape}")

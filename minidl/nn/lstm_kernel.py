@@ -86,6 +86,8 @@ class LSTMFunction(Function):
     Returns out [T, B, H] (h_1..h_T), hT and cT [B, H]. See the module docstring for the math.
     """
 
+    fresh_grads = True  # backward returns new arrays only: the engine may adopt the weight gradients as .grad
+
     def forward(self, x, h0, c0, w_ih, w_hh, *biases):
         _check_inputs(x, h0, c0, w_ih, w_hh, biases)
         T, B, I = x.shape
