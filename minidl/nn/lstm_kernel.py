@@ -30,8 +30,9 @@ and, once for the whole sequence (stacking the T steps as T*B rows)::
 Speed (this is the inner loop of the language model):
   * the input projection of all T steps is ONE matmul [T*B, I] x [I, 4H]; each step adds one
     [B, H] x [H, 4H] matmul. The weight gradients are one matmul each at the end.
-  * internally the gate rows are rotated by one gate to (o, i, f, g): the three sigmoid gates are
-    one contiguous slice and the three gates multiplied by dc (i, f, g) are another.
+  * the gates stay in PyTorch's order (i, f, g, o), so the weights and their gradients need no
+    reordering copy: the three gates multiplied by dc (i, f, g) are one contiguous slice, and the
+    sigmoid gates are two (i, f and o).
   * sigma(a) = 0.5 tanh(a / 2) + 0.5, and the 1/2 is folded into the sigmoid rows of the
     weights, so a single tanh over all 4H columns activates every gate.
   * all buffers are preallocated per call; the loops use in-place ufuncs (``out=``). The
@@ -46,15 +47,11 @@ import numpy as np
 from minidl.tensor import Function
 
 
-def to_internal(a: np.ndarray) -> np.ndarray:
-    """Gate blocks (rows of [4H, ...]) from PyTorch's order (i, f, g, o) to the internal (o, i, f, g):
-    a rotation by one gate, so a copy of two contiguous blocks."""
-    return np.roll(a, a.shape[0] // 4, axis=0)
-
-
-def from_internal(a: np.ndarray) -> np.ndarray:
-    """The inverse of ``to_internal``: (o, i, f, g) -> (i, f, g, o)."""
-    return np.roll(a, -(a.shape[0] // 4), axis=0)
+def sigmoid_row_scale(H: int, dtype) -> np.ndarray:
+    """[4H, 1]: 1/2 on the rows of the sigmoid gates (i, f, o), 1 on the tanh gate g."""
+    scale = np.full((4 * H, 1), 0.5, dtype)
+    scale[2 * H : 3 * H] = 1
+    return scale
 
 
 def _check_inputs(x, h0, c0, w_ih, w_hh, biases) -> None:
@@ -86,22 +83,23 @@ class LSTMFunction(Function):
     Returns out [T, B, H] (h_1..h_T), hT and cT [B, H]. See the module docstring for the math.
     """
 
+    fresh_grads = True  # backward returns new arrays only: the engine may adopt the weight gradients as .grad
+
     def forward(self, x, h0, c0, w_ih, w_hh, *biases):
         _check_inputs(x, h0, c0, w_ih, w_hh, biases)
         T, B, I = x.shape
         H = h0.shape[1]
         dt = x.dtype
-        # sigma(a) = 0.5 tanh(a/2) + 0.5: halve the sigmoid rows (o, i, f) so one tanh serves all gates.
-        scale = np.ones((4 * H, 1), dt)
-        scale[: 3 * H] = 0.5
-        w_ih_s = to_internal(w_ih) * scale
+        # sigma(a) = 0.5 tanh(a/2) + 0.5: halve the sigmoid rows (i, f, o) so one tanh serves all gates.
+        scale = sigmoid_row_scale(H, dt)
+        w_ih_s = w_ih * scale
         # [H, 4H], contiguous: a transposed view would make each small step matmul ~2x slower.
-        w_hh_sT = np.ascontiguousarray((to_internal(w_hh) * scale).T)
+        w_hh_sT = np.ascontiguousarray((w_hh * scale).T)
 
-        # act[t] holds the pre-activations, then (in place) the gate values o, i, f, g.
+        # act[t] holds the pre-activations, then (in place) the gate values i, f, g, o.
         act = (x.reshape(T * B, I) @ w_ih_s.T).reshape(T, B, 4 * H)
         if biases:
-            act += to_internal(biases[0] + biases[1]) * scale[:, 0]
+            act += (biases[0] + biases[1]) * scale[:, 0]
         hs = np.empty((T + 1, B, H), dt)  # h_0..h_T; out is hs[1:]
         cs = np.empty((T + 1, B, H), dt)  # c_0..c_T
         tanh_c = np.empty((T, B, H), dt)
@@ -114,10 +112,10 @@ class LSTMFunction(Function):
             np.matmul(hs[t], w_hh_sT, out=rec)
             a += rec
             np.tanh(a, out=a)
-            sig = a[:, : 3 * H]
-            sig *= 0.5
-            sig += 0.5
-            o, i, f, g = a[:, :H], a[:, H : 2 * H], a[:, 2 * H : 3 * H], a[:, 3 * H :]
+            for sig in (a[:, : 2 * H], a[:, 3 * H :]):  # i, f and o: sigma = 0.5 tanh + 0.5
+                sig *= 0.5
+                sig += 0.5
+            i, f, g, o = a[:, :H], a[:, H : 2 * H], a[:, 2 * H : 3 * H], a[:, 3 * H :]
             c = cs[t + 1]
             np.multiply(f, cs[t], out=c)  # c_t = f c_{t-1} + i g
             np.multiply(i, g, out=ig)
@@ -133,7 +131,7 @@ class LSTMFunction(Function):
         T, B, I = x.shape
         H = hs.shape[2]
         act4 = act.reshape(T, B, 4, H)
-        o, i, f, g = act4[:, :, 0], act4[:, :, 1], act4[:, :, 2], act4[:, :, 3]
+        i, f, g, o = act4[:, :, 0], act4[:, :, 1], act4[:, :, 2], act4[:, :, 3]
 
         # Step-independent factors, for all T at once (see the equations in the module docstring).
         k_o = o * (1 - o)
@@ -145,7 +143,6 @@ class LSTMFunction(Function):
         np.multiply(f * (1 - f), cs[:-1], out=k_ifg[:, :, 1])
         np.multiply(1 - g * g, i, out=k_ifg[:, :, 2])
 
-        w_hh_int = to_internal(w_hh)  # [4H, H]: dh_{t-1} = da_t @ w_hh_int
         da = np.empty((T, B, 4 * H), act.dtype)
         da4 = da.reshape(T, B, 4, H)
         dh_next = np.array(dhT, copy=True)
@@ -154,20 +151,20 @@ class LSTMFunction(Function):
         tmp = np.empty((B, H), act.dtype)
         for t in range(T - 1, -1, -1):
             np.add(dout[t], dh_next, out=dh)
-            np.multiply(dh, k_o[t], out=da4[t, :, 0])
+            np.multiply(dh, k_o[t], out=da4[t, :, 3])
             np.multiply(dh, k_c[t], out=tmp)
             dc += tmp
-            np.multiply(dc[:, None, :], k_ifg[t], out=da4[t, :, 1:])
+            np.multiply(dc[:, None, :], k_ifg[t], out=da4[t, :, :3])
             dc *= f[t]  # now dc_{t-1}
-            np.matmul(da[t], w_hh_int, out=dh_next)  # now dh_{t-1} (less dout[t-1])
+            np.matmul(da[t], w_hh, out=dh_next)  # now dh_{t-1} (less dout[t-1])
 
         da2 = da.reshape(T * B, 4 * H)
         need = self.needs_input_grad
-        dx = (da2 @ to_internal(w_ih)).reshape(T, B, I) if need[0] else None
-        dw_ih = from_internal(da2.T @ x.reshape(T * B, I)) if need[3] else None
-        dw_hh = from_internal(da2.T @ hs[:-1].reshape(T * B, H)) if need[4] else None
+        dx = (da2 @ w_ih).reshape(T, B, I) if need[0] else None
+        dw_ih = da2.T @ x.reshape(T * B, I) if need[3] else None
+        dw_hh = da2.T @ hs[:-1].reshape(T * B, H) if need[4] else None
         grads = [dx, dh_next, dc, dw_ih, dw_hh]
         if self.n_bias:
-            db = from_internal(da2.sum(axis=0))
+            db = da2.sum(axis=0)
             grads += [db if need[5] else None, db.copy() if need[6] else None]
         return tuple(grads)

@@ -167,7 +167,7 @@ class CrossEntropy(Function):
         e, s = self.saved_tensors
         g = loss_grad(g, self.reduction, self.count, _loss_shape(self.shape)).reshape(-1).astype(e.dtype, copy=False)
         if self.soft:  # (sum_c q_c) softmax - q;  d/dy_c = (1 - eps) w_c (-logp_c)
-            grad = e * (g * self.q.sum(axis=1) / s)[:, None]
+            grad = np.multiply(e, (g * self.q.sum(axis=1) / s)[:, None], out=e if self.last_use else None)
             grad -= g[:, None] * self.q
             dy = None
             if self.needs_input_grad[1]:
@@ -176,7 +176,9 @@ class CrossEntropy(Function):
             return from_rows(grad, self.shape), dy
         w_sum = e.shape[1] if self.w is None else self.w.sum()
         row = (g * (self.b + self.a * w_sum) / s).astype(e.dtype, copy=False)
-        grad = e * row[:, None]  # (sum_c q_ic) softmax(x_i) g_i, in the logits' dtype
+        # (sum_c q_ic) softmax(x_i) g_i, in the logits' dtype; written over e when this is its last use
+        # (no retain_graph): no second [M, C] buffer, which for the LM's logits is 16 MB of fresh pages a step.
+        grad = np.multiply(e, row[:, None], out=e if self.last_use else None)
         grad[np.arange(len(s)), self.t] -= g * self.b  # - the one-hot part of q
         if self.eps:
             grad -= (g * self.a)[:, None] * (1 if self.w is None else self.w)  # - the smoothing part of q

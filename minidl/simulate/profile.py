@@ -166,8 +166,8 @@ def gradient_clock() -> Iterator[dict[int, float]]:
         raise RuntimeError("minidl.autograd.accumulate_grad is gone: update minidl.simulate.profile.gradient_clock")
     stamps: dict[int, float] = {}
 
-    def timed(t: Any, g: Any) -> None:
-        original(t, g)
+    def timed(t: Any, g: Any, owned: bool = False) -> None:
+        original(t, g, owned)
         stamps[id(t)] = time.perf_counter()
 
     _autograd.accumulate_grad = timed
