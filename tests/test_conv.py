@@ -114,48 +114,50 @@ def test_implicit_weight_grad_with_and_without_input_grad(rng, kernel, padding, 
 
 
 @pytest.mark.parametrize("kernel,padding", [((3, 3), (1, 1)), ((2, 3), (0, 1)), ((3, 2), (1, 0)), ((1, 3), (0, 2))])
-def test_implicit_weight_grad_transposed_x_matches_plain(rng, kernel, padding, monkeypatch):
-    """shifted_weight_grad's transposed-x path (plain "A @ B" products) against its "A @ B^T" twin, in float64,
-    and the implicit convolution running it (threshold lowered to 1 channel) against im2col, plus a gradcheck."""
+@pytest.mark.parametrize("method,stride", [("implicit", 1), ("polyphase", 2), ("polyphase", (1, 2))])
+def test_weight_grad_transposed_g_matches_plain(rng, kernel, padding, method, stride, monkeypatch):
+    """add_weight_grads' transposed-g path (plain "A @ B" products) against its "A @ B^T" twin, in float64:
+    directly, and through the implicit and polyphase convolutions (threshold lowered to 1 channel) against
+    im2col, plus a gradcheck."""
     from minidl.gradcheck import gradcheck
     from minidl.nn import conv_implicit
-    from minidl.nn.conv_implicit import flat_pad, shifted_weight_grad
 
-    kh, kw = kernel
-    row = 5 + padding[1]
-    xf = flat_pad(rng.standard_normal((3, 4, 6, 5)), padding, kw)
-    gf = rng.standard_normal((3, 2, 4 * row))
-    np.testing.assert_allclose(
-        shifted_weight_grad(gf, xf, kh, kw, row, transpose_x=True),
-        shifted_weight_grad(gf, xf, kh, kw, row, transpose_x=False),
-        rtol=1e-12,
-        atol=1e-12,
-    )
+    gc, windows = rng.standard_normal((3, 2, 20)), rng.standard_normal((4, 3, 5, 20))
+    dws = []
+    for threshold in (1, 10**9):
+        monkeypatch.setattr(conv_implicit, "NN_MIN_CHANNELS", threshold)
+        dws.append(np.ones((4, 2, 5)))
+        conv_implicit.add_weight_grads(dws[-1], gc, iter(windows))
+    np.testing.assert_allclose(dws[0], dws[1], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(dws[0], 1 + np.einsum("nol,tncl->toc", gc, windows), rtol=1e-12)
+
     monkeypatch.setattr(conv_implicit, "NN_MIN_CHANNELS", 1)
     x = rng.standard_normal((2, 3, 6, 5))
     w = rng.standard_normal((4, 3) + kernel)
-    g = rng.standard_normal((2, 4, 6 + 2 * padding[0] - kh + 1, 5 + 2 * padding[1] - kw + 1))
     grads = []
-    for method in ("im2col", "implicit"):
-        wt = minidl.tensor(w, requires_grad=True)
-        F.conv2d(minidl.tensor(x), wt, None, 1, padding, method=method).backward(g)
-        grads.append(wt.grad)
-    np.testing.assert_allclose(grads[1], grads[0], rtol=1e-10, atol=1e-12)
-    xt, wt = minidl.tensor(x, requires_grad=True), minidl.tensor(w, requires_grad=True)
-    assert gradcheck(lambda a, b: F.conv2d(a, b, None, 1, padding, method="implicit"), (xt, wt))
-
-
-def test_implicit_weight_grad_at_64_channels_matches_im2col(rng):
-    """At 64 input channels (the default threshold) the transposed-x path runs; against im2col, float64."""
-    x, w = rng.standard_normal((3, 64, 5, 4)), rng.standard_normal((8, 64, 3, 3))
-    g = rng.standard_normal((3, 8, 5, 4))
-    grads = []
-    for method in ("im2col", "implicit"):
+    for m in ("im2col", method):
         xt, wt = minidl.tensor(x, requires_grad=True), minidl.tensor(w, requires_grad=True)
-        F.conv2d(xt, wt, None, 1, 1, method=method).backward(g)
+        y = F.conv2d(xt, wt, None, stride, padding, method=m)
+        y.backward(np.arange(y.size, dtype=np.float64).reshape(y.shape) % 7 - 3)
         grads.append((wt.grad, xt.grad))
-    for a, b in zip(grads[0], grads[1]):
+    for a, b in zip(*grads):
         np.testing.assert_allclose(b, a, rtol=1e-10, atol=1e-12)
+    xt, wt = minidl.tensor(x, requires_grad=True), minidl.tensor(w, requires_grad=True)
+    assert gradcheck(lambda a, b: F.conv2d(a, b, None, stride, padding, method=method), (xt, wt))
+
+
+def test_weight_grads_at_64_channels_match_im2col(rng):
+    """At 64 output channels (the default threshold) the transposed-g path runs; against im2col, float64."""
+    x, w = rng.standard_normal((3, 32, 6, 4)), rng.standard_normal((64, 32, 3, 3))
+    for method, stride in (("implicit", 1), ("polyphase", 2)):
+        grads = []
+        for m in ("im2col", method):
+            xt, wt = minidl.tensor(x, requires_grad=True), minidl.tensor(w, requires_grad=True)
+            y = F.conv2d(xt, wt, None, stride, 1, method=m)
+            y.backward(np.cos(np.arange(y.size)).reshape(y.shape))
+            grads.append((wt.grad, xt.grad))
+        for a, b in zip(*grads):
+            np.testing.assert_allclose(b, a, rtol=1e-10, atol=1e-12)
 
 
 @settings(max_examples=25)
