@@ -160,6 +160,25 @@ def test_weight_grads_at_64_channels_match_im2col(rng):
             np.testing.assert_allclose(b, a, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("kh,kw,row,rows", [(3, 3, 6, 4), (2, 3, 5, 3), (3, 1, 4, 2), (1, 2, 7, 3)])
+def test_shifted_matmuls_is_the_per_tap_sum(rng, kh, kw, row, rows, monkeypatch):
+    """shifted_matmuls (chunked over the batch, cropped) against its definition, the per-tap sum over the whole
+    batch, float64, in one chunk and in several."""
+    from minidl.nn import conv_implicit
+
+    n, c, o, width = 5, 3, 4, row - 1
+    xf = rng.standard_normal((n, c, (rows + kh - 1) * row + kw - 1))
+    taps = rng.standard_normal((kh, kw, o, c))
+    want = sum(
+        np.matmul(taps[i, j], xf[:, :, i * row + j : i * row + j + rows * row]) for i in range(kh) for j in range(kw)
+    )
+    want = want.reshape(n, o, rows, row)[..., :width]
+    for nb in (n, 2):  # one chunk, or chunks of 2 samples (the last one short)
+        monkeypatch.setattr(conv_implicit, "chunk_size", lambda *args, nb=nb: nb)
+        got = conv_implicit.shifted_matmuls(xf, taps, row, rows, width)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
 @settings(max_examples=25)
 @given(
     h=st.integers(3, 7),
