@@ -113,6 +113,72 @@ def test_implicit_weight_grad_with_and_without_input_grad(rng, kernel, padding, 
         assert results[1][1].flags.c_contiguous
 
 
+@pytest.mark.parametrize("kernel,padding", [((3, 3), (1, 1)), ((2, 3), (0, 1)), ((3, 2), (1, 0)), ((1, 3), (0, 2))])
+@pytest.mark.parametrize("method,stride", [("implicit", 1), ("polyphase", 2), ("polyphase", (1, 2))])
+def test_weight_grad_transposed_g_matches_plain(rng, kernel, padding, method, stride, monkeypatch):
+    """add_weight_grads' transposed-g path (plain "A @ B" products) against its "A @ B^T" twin, in float64:
+    directly, and through the implicit and polyphase convolutions (threshold lowered to 1 channel) against
+    im2col, plus a gradcheck."""
+    from minidl.gradcheck import gradcheck
+    from minidl.nn import conv_implicit
+
+    gc, windows = rng.standard_normal((3, 2, 20)), rng.standard_normal((4, 3, 5, 20))
+    dws = []
+    for threshold in (1, 10**9):
+        monkeypatch.setattr(conv_implicit, "NN_MIN_CHANNELS", threshold)
+        dws.append(np.ones((4, 2, 5)))
+        conv_implicit.add_weight_grads(dws[-1], gc, iter(windows))
+    np.testing.assert_allclose(dws[0], dws[1], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(dws[0], 1 + np.einsum("nol,tncl->toc", gc, windows), rtol=1e-12)
+
+    monkeypatch.setattr(conv_implicit, "NN_MIN_CHANNELS", 1)
+    x = rng.standard_normal((2, 3, 6, 5))
+    w = rng.standard_normal((4, 3) + kernel)
+    grads = []
+    for m in ("im2col", method):
+        xt, wt = minidl.tensor(x, requires_grad=True), minidl.tensor(w, requires_grad=True)
+        y = F.conv2d(xt, wt, None, stride, padding, method=m)
+        y.backward(np.arange(y.size, dtype=np.float64).reshape(y.shape) % 7 - 3)
+        grads.append((wt.grad, xt.grad))
+    for a, b in zip(*grads):
+        np.testing.assert_allclose(b, a, rtol=1e-10, atol=1e-12)
+    xt, wt = minidl.tensor(x, requires_grad=True), minidl.tensor(w, requires_grad=True)
+    assert gradcheck(lambda a, b: F.conv2d(a, b, None, stride, padding, method=method), (xt, wt))
+
+
+def test_weight_grads_at_64_channels_match_im2col(rng):
+    """At 64 output channels (the default threshold) the transposed-g path runs; against im2col, float64."""
+    x, w = rng.standard_normal((3, 32, 6, 4)), rng.standard_normal((64, 32, 3, 3))
+    for method, stride in (("implicit", 1), ("polyphase", 2)):
+        grads = []
+        for m in ("im2col", method):
+            xt, wt = minidl.tensor(x, requires_grad=True), minidl.tensor(w, requires_grad=True)
+            y = F.conv2d(xt, wt, None, stride, 1, method=m)
+            y.backward(np.cos(np.arange(y.size)).reshape(y.shape))
+            grads.append((wt.grad, xt.grad))
+        for a, b in zip(*grads):
+            np.testing.assert_allclose(b, a, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("kh,kw,row,rows", [(3, 3, 6, 4), (2, 3, 5, 3), (3, 1, 4, 2), (1, 2, 7, 3)])
+def test_shifted_matmuls_is_the_per_tap_sum(rng, kh, kw, row, rows, monkeypatch):
+    """shifted_matmuls (chunked over the batch, cropped) against its definition, the per-tap sum over the whole
+    batch, float64, in one chunk and in several."""
+    from minidl.nn import conv_implicit
+
+    n, c, o, width = 5, 3, 4, row - 1
+    xf = rng.standard_normal((n, c, (rows + kh - 1) * row + kw - 1))
+    taps = rng.standard_normal((kh, kw, o, c))
+    want = sum(
+        np.matmul(taps[i, j], xf[:, :, i * row + j : i * row + j + rows * row]) for i in range(kh) for j in range(kw)
+    )
+    want = want.reshape(n, o, rows, row)[..., :width]
+    for nb in (n, 2):  # one chunk, or chunks of 2 samples (the last one short)
+        monkeypatch.setattr(conv_implicit, "chunk_size", lambda *args, nb=nb: nb)
+        got = conv_implicit.shifted_matmuls(xf, taps, row, rows, width)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
 @settings(max_examples=25)
 @given(
     h=st.integers(3, 7),

@@ -96,6 +96,28 @@ def shifted_matmuls(xf: np.ndarray, taps: np.ndarray, row: int, rows: int, width
     return out
 
 
+NN_MIN_CHANNELS = 64  # add_weight_grads transposes g's chunk from this many output channels on (measured)
+
+
+def add_weight_grads(dw: np.ndarray, gc: np.ndarray, windows) -> None:
+    """dw[t] += sum_n gc[n] @ window_t[n]^T  for dw [T, O, C], gc [nb, O, L] and T windows [nb, C, L] (an iterable).
+
+    A weight gradient's two operands both have the summed pixel axis L contiguous, so each product is
+    "A @ B^T", which OpenBLAS runs at 63 against 94 GFLOPS for a plain "A @ B" at [64, 72] @ [72, 64] in
+    cache (measured). From O >= NN_MIN_CHANNELS the chunk of g is copied once to gt [nb, L, O] and each tap
+    computes the transpose, dw[t]^T += sum_n window_t[n] @ gt[n], a plain product: ResNet-20's 3x3 weight
+    gradients at 8x8 with 64 output channels take 3.7 against 5.5-6.4 ms (C = 64) and 1.9 against 2.9 ms
+    (C = 32), 64 images, measured; with 16 or 32 output channels the copy costs more than it saves.
+    """
+    if gc.shape[1] >= NN_MIN_CHANNELS:
+        gt = np.ascontiguousarray(gc.transpose(0, 2, 1))
+        for t, window in enumerate(windows):
+            dw[t] += np.matmul(window, gt).sum(axis=0).T
+    else:
+        for t, window in enumerate(windows):
+            dw[t] += np.matmul(gc, window.transpose(0, 2, 1)).sum(axis=0)
+
+
 def shifted_weight_grad(gf: np.ndarray, xf: np.ndarray, kh: int, kw: int, row: int) -> np.ndarray:
     """dW[:, :, i, j] = sum_n gf[n] @ xf[n, :, i*row + j : i*row + j + L]^T  for gf [N, O, L] -> [O, C, kh, kw].
 
@@ -103,15 +125,12 @@ def shifted_weight_grad(gf: np.ndarray, xf: np.ndarray, kh: int, kw: int, row: i
     """
     n, o, length = gf.shape
     c = xf.shape[1]
-    dw = np.zeros((kh, kw, o, c), dtype=gf.dtype)
+    dw = np.zeros((kh * kw, o, c), dtype=gf.dtype)
     nb = chunk_size(n, (o + c) * length * gf.itemsize, 4 * CHUNK_BYTES)  # gf's and xf's blocks, ~1 MiB (measured)
+    offsets = [i * row + j for i in range(kh) for j in range(kw)]
     for s in range(0, n, nb):
-        gc = gf[s : s + nb]
-        for i in range(kh):
-            for j in range(kw):
-                view = xf[s : s + nb, :, i * row + j : i * row + j + length]
-                dw[i, j] += np.matmul(gc, view.transpose(0, 2, 1)).sum(axis=0)
-    return dw.transpose(2, 3, 0, 1)
+        add_weight_grads(dw, gf[s : s + nb], (xf[s : s + nb, :, k : k + length] for k in offsets))
+    return dw.reshape(kh, kw, o, c).transpose(2, 3, 0, 1)
 
 
 class ImplicitConv2dFunction(Function):

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidl.nn.conv_implicit import chunk_size
+from minidl.nn.conv_implicit import add_weight_grads, chunk_size
 from minidl.nn.im2col import check_conv_args, check_window, pad2d
 from minidl.tensor import Function
 
@@ -121,15 +121,13 @@ class PolyphaseConv2dFunction(Function):
         if self.needs_input_grad[1]:
             start = di_max * row + dj_max  # g's first pixel; the zeros after each row of OW are the dropped columns
             gf = gp[:, :, start : start + oh * row]
-            dw = np.zeros((kh, kw, o, c), dtype=g.dtype)
+            dw = np.zeros((kh * kw, o, c), dtype=g.dtype)
             nb = chunk_size(n, (o + c) * oh * row * g.itemsize, 1 << 20)
+            starts = [(f[i % sh, j % sw], (i // sh) * row + j // sw) for i, j in taps]  # tap -> (phase, offset)
             for s0 in range(0, n, nb):
-                gc = gf[s0 : s0 + nb]
-                for i, j in taps:
-                    s = (i // sh) * row + j // sw
-                    view = f[i % sh, j % sw][s0 : s0 + nb, :, s : s + oh * row]
-                    dw[i, j] += np.matmul(gc, view.transpose(0, 2, 1)).sum(axis=0)
-            dw = np.ascontiguousarray(dw.transpose(2, 3, 0, 1))
+                windows = (src[s0 : s0 + nb, :, s : s + oh * row] for src, s in starts)
+                add_weight_grads(dw, gf[s0 : s0 + nb], windows)
+            dw = np.ascontiguousarray(dw.reshape(kh, kw, o, c).transpose(2, 3, 0, 1))
         if len(self.parents) == 3 and self.needs_input_grad[2]:
             db = g.sum(axis=(0, 2, 3))
         return (dx, dw) if len(self.parents) == 2 else (dx, dw, db)
