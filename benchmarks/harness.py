@@ -19,6 +19,11 @@ from collections.abc import Callable
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"  # before NumPy / torch load their BLAS
 
+# Every child, minidl's and PyTorch's, runs under the glibc malloc thresholds that ``import minidl`` sets
+# (minidl/memory.py): the same allocator settings on both sides, so a ratio measures the frameworks' own
+# work, not which of them happened to page-fault its freed arrays back in (PyTorch gains 1-5% from them).
+SAME_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
+
 
 def peak_rss_mb() -> float:
     """This process's peak resident set size in MB (Linux reports ru_maxrss in KiB)."""
@@ -40,8 +45,9 @@ def time_steps(step: Callable[[int], float], warmup: int, steps: int) -> tuple[l
 
 
 def spawn(script: str, argv: list[str]) -> dict | None:
-    """Run ``python script *argv`` and parse the JSON object on its last stdout line (None if it failed)."""
-    proc = subprocess.run([sys.executable, os.path.abspath(script), *argv], capture_output=True, text=True)
+    """Run ``python script *argv`` (under ``SAME_MALLOC``) and parse the JSON object on its last stdout line (None if it failed)."""
+    env = {**os.environ, **SAME_MALLOC}
+    proc = subprocess.run([sys.executable, os.path.abspath(script), *argv], capture_output=True, text=True, env=env)
     if proc.stderr:
         sys.stderr.write(proc.stderr)
     if proc.returncode != 0:
