@@ -33,7 +33,13 @@ import os
 import sys
 
 import numpy as np
-from harness import peak_rss_mb, report, spawn, time_steps  # sets the BLAS thread counts; import NumPy after it
+from harness import (
+    TORCH_GLIBC,
+    peak_rss_mb,
+    report,
+    spawn,
+    time_steps,
+)  # sets the BLAS thread counts; import NumPy after it
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -136,7 +142,7 @@ def _spawn(impl: str, args) -> dict | None:
         script,
         [
             "--child",
-            "minidl" if impl == "baseline" else impl,
+            {"baseline": "minidl", TORCH_GLIBC: "torch"}.get(impl, impl),
             "--batch",
             str(args.batch),
             "--steps",
@@ -149,6 +155,7 @@ def _spawn(impl: str, args) -> dict | None:
             str(args.image),
         ]
         + (["--profile"] if args.profile else []),
+        glibc_defaults=impl == TORCH_GLIBC,
     )
 
 
@@ -183,7 +190,7 @@ def main() -> None:
     try:
         import torch  # noqa: F401
 
-        impls = ["minidl"] if args.profile else ["minidl", "torch"]
+        impls = ["minidl"] if args.profile else ["minidl", "torch", TORCH_GLIBC]
     except ImportError:
         impls = ["minidl"]
         print("PyTorch not installed: timing minidl only")

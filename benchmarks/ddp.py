@@ -32,7 +32,7 @@ import sys
 import time
 
 import numpy as np
-from harness import median_spread, peak_rss_mb  # sets the BLAS thread counts (workers inherit them)
+from harness import SAME_MALLOC, median_spread, peak_rss_mb  # sets the BLAS thread counts (workers inherit them)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VOCAB, HIDDEN, LAYERS, T, B, CLIP = 10_000, 200, 2, 20, 20, 5.0
@@ -139,6 +139,10 @@ def torch_worker(args: argparse.Namespace) -> None:
 
     _report(times, args.warmup, P, rank, allreduce_max, "torch")
     tdist.destroy_process_group()
+    # Leave without running C++ static destructors: under SAME_MALLOC, a gloo thread torn down at exit
+    # aborted 3 of 12 worker processes ("terminate called without an active exception"), after their results.
+    sys.stdout.flush()
+    os._exit(0)
 
 
 def _free_port() -> int:
@@ -155,13 +159,16 @@ def _worker_argv(impl: str, args: argparse.Namespace) -> list[str]:
 def launch(impl: str, P: int, args: argparse.Namespace) -> dict | None:
     """One job of P ranks; rank 0's JSON line (None, with the output on stderr, if it failed)."""
     argv = _worker_argv(impl, args)
+    env = dict(os.environ, **SAME_MALLOC)  # the same glibc malloc thresholds on both sides (harness.py)
     if impl == "minidl":
         mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
         procs = [
-            subprocess.Popen([mpiexec, "-n", str(P), *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            subprocess.Popen(
+                [mpiexec, "-n", str(P), *argv], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
         ]
     else:
-        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE=str(P))
+        env = dict(env, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE=str(P))
         procs = [
             subprocess.Popen(
                 argv, env=dict(env, RANK=str(r)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True

@@ -24,7 +24,13 @@ import json
 import os
 import sys
 
-from harness import peak_rss_mb, report, spawn, time_steps  # sets the BLAS thread counts; import NumPy after it
+from harness import (
+    TORCH_GLIBC,
+    peak_rss_mb,
+    report,
+    spawn,
+    time_steps,
+)  # sets the BLAS thread counts; import NumPy after it
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -158,10 +164,12 @@ def _child(args) -> None:
 
 
 def _spawn(impl: str, args) -> dict | None:
+    child = "torch" if impl == TORCH_GLIBC else impl
     return spawn(
         __file__,
-        ["--child", impl, "--preset", args.preset, "--steps", str(args.steps), "--warmup", str(args.warmup)]
+        ["--child", child, "--preset", args.preset, "--steps", str(args.steps), "--warmup", str(args.warmup)]
         + (["--profile"] if args.profile else []),
+        glibc_defaults=impl == TORCH_GLIBC,
     )
 
 
@@ -188,7 +196,7 @@ def main() -> None:
         import torch  # noqa: F401
 
         if not args.profile:
-            impls.append("torch")
+            impls += ["torch", TORCH_GLIBC]
     except ImportError:
         print("PyTorch not installed: timing minidl only")
     # Alternate the two, `repeats` times: on a shared machine the load changes from minute to minute,
