@@ -12,6 +12,10 @@ and ``torch.set_num_threads(1)``. The two alternate for ``--rounds`` rounds (>= 
 its median step time; printed are the median over rounds with their spread (min-max), the ratio of the
 medians, the ratio within each round (min-max) and peak RSS.
 
+Both run under the glibc malloc thresholds that ``import minidl`` sets (minidl/memory.py), and PyTorch
+runs once more per round under glibc's defaults ("torch-glibc"), as a PyTorch user's process would:
+the first ratio compares the frameworks' own work, the second what each gives out of the box.
+
 ``--layers`` times single convolution layers instead (forward + backward, input and weight gradients),
 ResNet-50-shaped (1x1 and 3x3 at 56x56x64, 28x28x128, 14x14x256, 7x7x512) and ResNet-20-shaped, for
 each of minidl's algorithms and "auto" beside torch.nn.functional.conv2d, interleaved, in one process.

@@ -69,7 +69,12 @@ def minidl_worker(args: argparse.Namespace) -> None:
     minidl.manual_seed(0)
     model = LSTMLanguageModel(VOCAB, HIDDEN, LAYERS, dropout=0.0, init_scale=0.1)
     dist.broadcast_parameters(model)
-    opt = dist.DistributedOptimizer(optim.SGD(model.parameters(), lr=1.0), allreduce=args.algorithm)
+    opt = dist.DistributedOptimizer(
+        optim.SGD(model.parameters(), lr=1.0),
+        allreduce=args.algorithm,
+        fusion_bytes=int(args.fusion_mb * 2**20),
+        overlap=args.overlap,
+    )
     state, times = None, []
     for i, window in enumerate(_windows(rank, args.warmup + args.steps)):
         if i == args.warmup:
@@ -153,7 +158,8 @@ def _free_port() -> int:
 
 def _worker_argv(impl: str, args: argparse.Namespace) -> list[str]:
     return [sys.executable, os.path.abspath(__file__), "--worker", impl, "--steps", str(args.steps),
-            "--warmup", str(args.warmup), "--algorithm", args.algorithm]  # fmt: skip
+            "--warmup", str(args.warmup), "--algorithm", args.algorithm, "--fusion-mb", str(args.fusion_mb),
+            *(["--overlap"] if args.overlap else [])]  # fmt: skip
 
 
 def launch(impl: str, P: int, args: argparse.Namespace) -> dict | None:
@@ -197,6 +203,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=15, help="timed steps per run (median is taken)")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--algorithm", default="auto", help="minidl's allreduce (DistributedOptimizer's allreduce=)")
+    ap.add_argument("--fusion-mb", type=float, default=64.0, help="minidl's gradient MiB per allreduce bucket")
+    ap.add_argument("--overlap", action="store_true", help="minidl allreduces each bucket during the backward")
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--quick", action="store_true", help="P = 2, 3 steps, 1 round (smoke run)")
     ap.add_argument("--worker", choices=["minidl", "torch"], help=argparse.SUPPRESS)

@@ -12,6 +12,10 @@ CPU seconds of the process; the two frameworks run alternately ``--repeats`` (>=
 median words/s over the runs with their spread (min-max), in CPU time and wall clock, the ratio of the
 medians, the per-run ratios, and peak RSS.
 
+Both run under the glibc malloc thresholds that ``import minidl`` sets (minidl/memory.py), and PyTorch
+runs once more per round under glibc's defaults ("torch-glibc"), as a PyTorch user's process would:
+the first ratio compares the frameworks' own work, the second what each gives out of the box.
+
     python benchmarks/lstm_lm.py                 # both, default sizes
     python benchmarks/lstm_lm.py --steps 50 --preset medium
     python benchmarks/lstm_lm.py --profile       # minidl only, with a cProfile of the step
