@@ -6,7 +6,8 @@ uniform init 0.1). Every rank trains b = 20 streams x T = 20 steps (400 words) p
     forward, cross entropy, backward, the gradient average over ranks, clip_grad_norm 5, SGD(lr=1)
 
 minidl: ``mpiexec -n P`` ranks with ``dist.DistributedOptimizer`` (``--algorithm``, default "auto";
-one 64 MiB fusion bucket), averaging before the clipping (``opt.synchronize()``), as training's
+4 MiB fusion buckets allreduced during the backward, ``overlap=True``, as ``--overlap`` trains;
+``--no-overlap`` for after it), averaging before the clipping (``opt.synchronize()``), as training's
 ``--parallel data`` does. PyTorch: P processes on loopback (MASTER_ADDR=127.0.0.1, env:// init, as
 torchrun sets it), ``torch.nn.parallel.DistributedDataParallel`` on the gloo backend (bucketed
 allreduce overlapped with the backward). One BLAS / intra-op thread per rank in both.
@@ -159,7 +160,7 @@ def _free_port() -> int:
 def _worker_argv(impl: str, args: argparse.Namespace) -> list[str]:
     return [sys.executable, os.path.abspath(__file__), "--worker", impl, "--steps", str(args.steps),
             "--warmup", str(args.warmup), "--algorithm", args.algorithm, "--fusion-mb", str(args.fusion_mb),
-            *(["--overlap"] if args.overlap else [])]  # fmt: skip
+            *([] if args.overlap else ["--no-overlap"])]  # fmt: skip
 
 
 def launch(impl: str, P: int, args: argparse.Namespace) -> dict | None:
@@ -203,8 +204,10 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=15, help="timed steps per run (median is taken)")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--algorithm", default="auto", help="minidl's allreduce (DistributedOptimizer's allreduce=)")
-    ap.add_argument("--fusion-mb", type=float, default=64.0, help="minidl's gradient MiB per allreduce bucket")
-    ap.add_argument("--overlap", action="store_true", help="minidl allreduces each bucket during the backward")
+    ap.add_argument("--fusion-mb", type=float, default=4.0, help="minidl's gradient MiB per allreduce bucket")
+    ap.add_argument(
+        "--no-overlap", dest="overlap", action="store_false", help="minidl allreduces after the backward, not during"
+    )
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--quick", action="store_true", help="P = 2, 3 steps, 1 round (smoke run)")
     ap.add_argument("--worker", choices=["minidl", "torch"], help=argparse.SUPPRESS)
@@ -223,7 +226,9 @@ def main() -> None:
         print("PyTorch not installed: timing minidl only")
     print(
         f"LSTM LM data-parallel (vocab {VOCAB}, {LAYERS}x{HIDDEN}, T={T}, b={B} per rank, clip {CLIP}); "
-        f"minidl allreduce={args.algorithm} vs PyTorch DDP (gloo, loopback); median of {args.steps} steps per run, "
+        f"minidl allreduce={args.algorithm}, {args.fusion_mb:g} MiB buckets, "
+        f"{'overlapped with the backward' if args.overlap else 'after the backward'} "
+        f"vs PyTorch DDP (gloo, loopback); median of {args.steps} steps per run, "
         f"{args.rounds} interleaved rounds, 1 thread per rank"
     )
     for P in (int(p) for p in args.ranks.split(",")):
