@@ -19,10 +19,15 @@ from collections.abc import Callable
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"  # before NumPy / torch load their BLAS
 
+from minidl import memory  # noqa: E402 (after the thread counts: it loads NumPy)
+
 # Every child, minidl's and PyTorch's, runs under the glibc malloc thresholds that ``import minidl`` sets
 # (minidl/memory.py): the same allocator settings on both sides, so a ratio measures the frameworks' own
-# work, not which of them happened to page-fault its freed arrays back in (PyTorch gains 1-5% from them).
-SAME_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
+# work, not which of them happened to page-fault its freed arrays back in (PyTorch's LM step gains 20-25%).
+SAME_MALLOC = {
+    "MALLOC_MMAP_THRESHOLD_": str(memory.MMAP_THRESHOLD),
+    "MALLOC_TRIM_THRESHOLD_": str(memory.TRIM_THRESHOLD),
+}
 # PyTorch once more under glibc's default settings, as a user's process runs it: the number it gives
 # out of the box (its LSTM LM step ran at 3,743 against 4,563 words/s so on this machine, measured: page faults).
 TORCH_GLIBC = "torch-glibc"

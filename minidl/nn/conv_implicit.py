@@ -64,50 +64,71 @@ def chunk_size(n: int, per_sample_bytes: int, budget: int = CHUNK_BYTES) -> int:
     return max(1, min(n, budget // max(per_sample_bytes, 1)))
 
 
+def tap_sum(
+    terms_for, n: int, o: int, dtype, row: int, rows: int, width: int, extra_bytes: int = 0, budget: int = CHUNK_BYTES
+):
+    """For each chunk of m samples from s0: the sum over (w [O, K], src [m, K, L], s) in ``terms_for(s0, m)`` of
+    w @ src[:, :, s : s + rows*row], cropped to ``width`` columns per row -> [N, O, rows, width] (contiguous).
+
+    The batch goes in chunks of a few samples so that the accumulations ``acc += tmp`` run in cache (a
+    core's L2) rather than as passes through memory (2x faster at 32x32x16, measured), and each chunk's
+    crop (dropping the row - width wrapped-around columns) is copied out of cache into the result: no
+    full-size temporary. ``extra_bytes``: per sample, what ``terms_for`` itself builds for a chunk (counted
+    in the chunk's ``budget``). Each matrix handed to np.matmul must be contiguous in its last axis, so that
+    BLAS gets it as is (a strided view such as weight[:, :, i, j] sends np.matmul to its own, slower loop).
+    """
+    length = rows * row
+    out = np.empty((n, o, rows, width), dtype=dtype)
+    nb = chunk_size(n, o * length * np.dtype(dtype).itemsize + extra_bytes, budget)
+    acc, tmp = np.empty((nb, o, length), dtype=dtype), np.empty((nb, o, length), dtype=dtype)
+    for s0 in range(0, n, nb):
+        m = min(nb, n - s0)
+        ac, tc = acc[:m], tmp[:m]
+        for k, (w, src, s) in enumerate(terms_for(s0, m)):
+            if k == 0:
+                np.matmul(w, src[:, :, s : s + length], out=ac)
+            else:
+                np.matmul(w, src[:, :, s : s + length], out=tc)
+                ac += tc
+        out[s0 : s0 + m] = ac.reshape(m, o, rows, row)[:, :, :, :width]
+    return out
+
+
+def batch_terms(terms: list[tuple[np.ndarray, np.ndarray, int]]):
+    """``tap_sum``'s terms_for when the sources are whole-batch arrays: each (w, src, s), src cut to the chunk."""
+    return lambda s0, m: [(w, src[s0 : s0 + m], s) for w, src, s in terms]
+
+
 def shifted_matmuls(xf: np.ndarray, taps: np.ndarray, row: int, rows: int, width: int) -> np.ndarray:
     """sum over taps (i, j) of taps[i, j] @ xf[:, :, i*row + j : i*row + j + rows*row], cropped to ``width``
     columns per row: -> [N, O, rows, width] (contiguous).
 
     xf [N, C, L] flat padded input with row length ``row``; taps [kh, kw, O, C]. One product per kernel
     row rather than per tap: the kw taps of row i side by side are one [O, kw*C] matrix, and the input
-    they multiply is kw shifted copies of xf stacked along the channels,
+    they multiply is kw shifted copies of xf stacked along the channels, made chunk by chunk in cache,
 
         xs[:, j*C + c, q] = xf[:, c, q + j]      (j < kw),      so
         out[:, :, q] = sum_i taps_row[i] @ xs[:, :, q + i*row]  (a row-shifted view of xs, no copy)
 
     kh products with an inner dimension of kw*C instead of kh*kw with C: BLAS runs the wider product
-    faster (C = 16 is far below its blocking), and kh - 1 accumulations ``acc += tmp`` remain of kh*kw - 1.
-    The batch goes in chunks of a few samples so that the copies and the accumulations run in cache (a
-    core's L2) rather than as passes through memory, and each chunk's crop (dropping the row - width
-    wrapped-around columns) is copied out of cache into the result: no full-size temporary. Measured at
+    faster (C = 16 is far below its blocking), and kh - 1 accumulations remain of kh*kw - 1. Measured at
     batch 64, 3x3 taps: 4.9 -> 4.4 ms at 32x32x16, 4.0 -> 3.7 at 16x16x32, 3.8 -> 3.7 at 8x8x64 against
-    one product per tap. Each matrix handed to np.matmul is contiguous in its last axis, so BLAS gets it
-    as is (a strided view such as weight[:, :, i, j] sends np.matmul to its own, slower loop).
+    one product per tap (``tap_sum`` over the taps themselves).
     """
     kh, kw, o, c = taps.shape
     rowtaps = np.ascontiguousarray(taps.transpose(0, 2, 1, 3).reshape(kh, o, kw * c))  # [kh, O, kw*C]
-    n, length = xf.shape[0], rows * row
-    span = length + (kh - 1) * row  # the columns of xs that row-shifted views read
-    out = np.empty((n, o, rows, width), dtype=xf.dtype)
-    nb = chunk_size(n, (o * length + kw * c * span) * xf.itemsize, ROW_CHUNK_BYTES)
-    acc = np.empty((nb, o, length), dtype=xf.dtype)
-    tmp = np.empty((nb, o, length), dtype=xf.dtype) if kh > 1 else acc
+    n, span = xf.shape[0], (rows + kh - 1) * row  # the columns of xs that row-shifted views read
+    nb = chunk_size(n, (o * rows * row + kw * c * span) * xf.itemsize, ROW_CHUNK_BYTES)
     shifted = np.empty((nb, kw, c, span), dtype=xf.dtype)
-    for s in range(0, n, nb):
-        m = min(nb, n - s)
-        ac, tc, xs = acc[:m], tmp[:m], shifted[:m]
+
+    def row_terms(s0: int, m: int):
+        xs = shifted[:m]
         for j in range(kw):
-            xs[:, j] = xf[s : s + m, :, j : j + span]
+            xs[:, j] = xf[s0 : s0 + m, :, j : j + span]
         xs = xs.reshape(m, kw * c, span)
-        for i in range(kh):
-            view = xs[:, :, i * row : i * row + length]
-            if i == 0:
-                np.matmul(rowtaps[i], view, out=ac)
-            else:
-                np.matmul(rowtaps[i], view, out=tc)
-                ac += tc
-        out[s : s + m] = ac.reshape(m, o, rows, row)[:, :, :, :width]
-    return out
+        return [(rowtaps[i], xs, i * row) for i in range(kh)]
+
+    return tap_sum(row_terms, n, o, xf.dtype, row, rows, width, kw * c * span * xf.itemsize, ROW_CHUNK_BYTES)
 
 
 NN_MIN_CHANNELS = 64  # add_weight_grads transposes g's chunk from this many output channels on (measured)
@@ -132,19 +153,21 @@ def add_weight_grads(dw: np.ndarray, gc: np.ndarray, windows) -> None:
             dw[t] += np.matmul(gc, window.transpose(0, 2, 1)).sum(axis=0)
 
 
-def shifted_weight_grad(gf: np.ndarray, xf: np.ndarray, kh: int, kw: int, row: int) -> np.ndarray:
-    """dW[:, :, i, j] = sum_n gf[n] @ xf[n, :, i*row + j : i*row + j + L]^T  for gf [N, O, L] -> [O, C, kh, kw].
-
-    Chunked over the batch like shifted_matmuls, so each chunk of gf and xf is read from cache by all taps.
-    """
+def window_weight_grads(gf: np.ndarray, windows: list[tuple[np.ndarray, int]], c: int) -> np.ndarray:
+    """dw[t] = sum_n gf[n] @ src_t[n, :, s_t : s_t + L]^T for the T windows (src_t [N, C, *], s_t) -> [T, O, C],
+    gf [N, O, L]. Chunked over the batch, so each chunk of gf is read from cache by all windows."""
     n, o, length = gf.shape
-    c = xf.shape[1]
-    dw = np.zeros((kh * kw, o, c), dtype=gf.dtype)
-    nb = chunk_size(n, (o + c) * length * gf.itemsize, 4 * CHUNK_BYTES)  # gf's and xf's blocks, ~1 MiB (measured)
-    offsets = [i * row + j for i in range(kh) for j in range(kw)]
-    for s in range(0, n, nb):
-        add_weight_grads(dw, gf[s : s + nb], (xf[s : s + nb, :, k : k + length] for k in offsets))
-    return dw.reshape(kh, kw, o, c).transpose(2, 3, 0, 1)
+    dw = np.zeros((len(windows), o, c), dtype=gf.dtype)
+    nb = chunk_size(n, (o + c) * length * gf.itemsize, 4 * CHUNK_BYTES)  # gf's and x's blocks, ~1 MiB (measured)
+    for s0 in range(0, n, nb):
+        add_weight_grads(dw, gf[s0 : s0 + nb], (src[s0 : s0 + nb, :, s : s + length] for src, s in windows))
+    return dw
+
+
+def shifted_weight_grad(gf: np.ndarray, xf: np.ndarray, kh: int, kw: int, row: int) -> np.ndarray:
+    """dW[:, :, i, j] = sum_n gf[n] @ xf[n, :, i*row + j : i*row + j + L]^T  for gf [N, O, L] -> [O, C, kh, kw]."""
+    dw = window_weight_grads(gf, [(xf, i * row + j) for i in range(kh) for j in range(kw)], xf.shape[1])
+    return dw.reshape(kh, kw, *dw.shape[1:]).transpose(2, 3, 0, 1)
 
 
 class ImplicitConv2dFunction(Function):

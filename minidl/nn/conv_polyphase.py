@@ -26,32 +26,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidl.nn.conv_implicit import add_weight_grads, chunk_size
+from minidl.nn.conv_implicit import batch_terms, tap_sum, window_weight_grads
 from minidl.nn.im2col import check_conv_args, check_window, pad2d
 from minidl.tensor import Function
-
-
-def tap_sum(terms, row: int, rows: int, width: int) -> np.ndarray:
-    """sum over (w [O, C], src [N, C, L], s) in ``terms`` of w @ src[:, :, s : s + rows*row], cropped to
-    ``width`` columns per row -> [N, O, rows, width]. Chunked over the batch so the accumulation runs in cache."""
-    o = terms[0][0].shape[0]
-    n, dtype = terms[0][1].shape[0], terms[0][1].dtype
-    length = rows * row
-    out = np.empty((n, o, rows, width), dtype=dtype)
-    nb = chunk_size(n, o * length * dtype.itemsize)
-    acc, tmp = np.empty((nb, o, length), dtype=dtype), np.empty((nb, o, length), dtype=dtype)
-    for s0 in range(0, n, nb):
-        m = min(nb, n - s0)
-        ac, tc = acc[:m], tmp[:m]
-        for k, (w, src, s) in enumerate(terms):
-            view = src[s0 : s0 + m, :, s : s + length]
-            if k == 0:
-                np.matmul(w, view, out=ac)
-            else:
-                np.matmul(w, view, out=tc)
-                ac += tc
-        out[s0 : s0 + m] = ac.reshape(m, o, rows, row)[:, :, :, :width]
-    return out
 
 
 def phases(xp: np.ndarray, stride, row: int, rows: int) -> dict[tuple[int, int], np.ndarray]:
@@ -83,7 +60,7 @@ class PolyphaseConv2dFunction(Function):
         f = phases(pad2d(x, padding), stride, row, rows)
         taps = np.ascontiguousarray(weight.transpose(2, 3, 0, 1))  # [kh, kw, O, C]: BLAS-ready (conv_implicit.py)
         terms = [(taps[i, j], f[i % sh, j % sw], (i // sh) * row + j // sw) for i in range(kh) for j in range(kw)]
-        out = tap_sum(terms, row, oh, ow)
+        out = tap_sum(batch_terms(terms), len(x), weight.shape[0], x.dtype, row, oh, ow)
         if bias is not None:
             out += bias[:, None, None]
         self.save_for_backward(weight, *f.values())
@@ -116,17 +93,13 @@ class PolyphaseConv2dFunction(Function):
                 if terms:
                     target = dxp[:, :, a::sh, b::sw]
                     hb, wb = target.shape[2:]
-                    target[...] = tap_sum(terms, row, hb, wb)
+                    target[...] = tap_sum(batch_terms(terms), n, c, g.dtype, row, hb, wb)
             dx = dxp[:, :, ph : ph + h, pw : pw + w] if ph or pw else dxp
         if self.needs_input_grad[1]:
             start = di_max * row + dj_max  # g's first pixel; the zeros after each row of OW are the dropped columns
             gf = gp[:, :, start : start + oh * row]
-            dw = np.zeros((kh * kw, o, c), dtype=g.dtype)
-            nb = chunk_size(n, (o + c) * oh * row * g.itemsize, 1 << 20)
-            starts = [(f[i % sh, j % sw], (i // sh) * row + j // sw) for i, j in taps]  # tap -> (phase, offset)
-            for s0 in range(0, n, nb):
-                windows = (src[s0 : s0 + nb, :, s : s + oh * row] for src, s in starts)
-                add_weight_grads(dw, gf[s0 : s0 + nb], windows)
+            windows = [(f[i % sh, j % sw], (i // sh) * row + j // sw) for i, j in taps]  # tap -> (phase, offset)
+            dw = window_weight_grads(gf, windows, c)
             dw = np.ascontiguousarray(dw.reshape(kh, kw, o, c).transpose(2, 3, 0, 1))
         if len(self.parents) == 3 and self.needs_input_grad[2]:
             db = g.sum(axis=(0, 2, 3))

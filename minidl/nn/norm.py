@@ -45,6 +45,7 @@ from typing import NamedTuple
 import numpy as np
 
 from minidl.nn.module import Module, Parameter
+from minidl.ops.reduce import last_axis_sum
 from minidl.tensor import Function, Tensor, get_default_dtype
 
 Reduce = Callable[[np.ndarray], np.ndarray]  # a float64 array -> its elementwise sum over all ranks
@@ -74,12 +75,9 @@ def _per_channel(v: np.ndarray, ndim: int) -> np.ndarray:
 
 
 def channel_sum(x: np.ndarray, dtype=None) -> np.ndarray:
-    """Per-channel sum of x [N, C, *spatial] -> [C]: first over the contiguous spatial axis as a product with
-    a vector of ones (one BLAS matrix-vector product per sample: 3-5x faster than NumPy's pairwise
-    ``sum(axis=2)`` at ResNet-20's shapes, measured, with the same accuracy, ~1e-8 relative in float32),
-    then over N in ``dtype``."""
-    xv = _channel_view(x)
-    return np.matmul(xv, np.ones(xv.shape[2], dtype=x.dtype)).sum(axis=0, dtype=dtype)
+    """Per-channel sum of x [N, C, *spatial] -> [C]: first over the contiguous spatial axis (a BLAS product
+    with ones, ``last_axis_sum``), then over N in ``dtype``."""
+    return last_axis_sum(_channel_view(x)).sum(axis=0, dtype=dtype)
 
 
 def channel_dot(a: np.ndarray, b: np.ndarray, dtype=None) -> np.ndarray:

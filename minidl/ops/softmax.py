@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from minidl.autograd import Function
-from minidl.ops.reduce import expand_reduced, normalize_axis
+from minidl.ops.reduce import expand_reduced, last_axis_sum, normalize_axis
 from minidl.tensor import Tensor
 
 
@@ -26,10 +26,8 @@ def shifted_exp(a: np.ndarray, axis) -> tuple[np.ndarray, np.ndarray, np.ndarray
     m = np.where(np.isfinite(m), m, 0)
     e = np.asarray(a - m)  # the one full-size buffer; exp in place
     np.exp(e, out=e)
-    if e.ndim == 2 and normalize_axis(axis, 2) == (1,) and e.flags.c_contiguous:
-        # rows of a matrix (the cross-entropy's logits): one BLAS product with a ones vector, ~4x faster
-        # than NumPy's pairwise sum at [400, 10000] (measured), as accurate for these positive terms
-        return e, (e @ np.ones(e.shape[1], e.dtype))[:, None], m
+    if e.ndim == 2 and normalize_axis(axis, 2) == (1,) and e.flags.c_contiguous:  # rows: the cross-entropy's
+        return e, last_axis_sum(e)[:, None], m
     return e, e.sum(axis=axis, keepdims=True), m
 
 
