@@ -412,6 +412,7 @@ def test_clear_errors():
         {"compression": "fp16"},
         {"allreduce": "tree"},
         {"fusion_bytes": 0},
+        {"sparse_as_dense": True},
     ],
 )
 def test_ranks_with_different_settings_fail_at_construction(setting):

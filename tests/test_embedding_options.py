@@ -33,12 +33,21 @@ def test_from_pretrained_trainable_with_padding_row(rng):
 def test_unsupported_options_say_so():
     with pytest.raises(NotImplementedError, match="not supported: max_norm=1.0"):
         nn.Embedding(4, 2, max_norm=1.0)
-    with pytest.raises(NotImplementedError, match="not supported: sparse=True"):
-        nn.Embedding.from_pretrained(np.zeros((3, 2)), sparse=True)
     with pytest.raises(NotImplementedError, match="not supported: scale_grad_by_freq=True"):
         nn.Embedding(4, 2, scale_grad_by_freq=True)
     with pytest.raises(ValueError, match="2-D float array"):
         nn.Embedding.from_pretrained(np.zeros(3))
+
+
+def test_sparse_marks_the_weight_and_keeps_a_dense_gradient(rng):
+    """sparse=True changes only how data parallelism exchanges the gradient (tests/mpi/test_sparse_rows.py)."""
+    w = rng.standard_normal((6, 3))
+    dense, sparse = nn.Embedding.from_pretrained(w, freeze=False), nn.Embedding.from_pretrained(w, False, sparse=True)
+    assert sparse.weight.sparse_grad and not dense.weight.sparse_grad and "sparse=True" in repr(sparse)
+    for emb in (dense, sparse):
+        (emb(np.array([[1, 4], [4, 0]])) ** 2).sum().backward()
+    assert type(sparse.weight.grad) is np.ndarray and sparse.weight.grad.shape == (6, 3)
+    np.testing.assert_array_equal(sparse.weight.grad, dense.weight.grad)
 
 
 def test_from_pretrained_matches_torch(rng):

@@ -40,7 +40,8 @@ def parameter_rows(named: Iterable[tuple[str | None, Any]]) -> list[Row]:
     for i, (name, p) in enumerate(named):
         data = getattr(p, "data", p)
         label = f"name {name!r}, " if name is not None else ""
-        rows.append((f"parameter {i}", f"{label}shape {tuple(np.shape(data))}, {np.asarray(data).dtype}"))
+        mark = ", rows exchanged (sparse_grad)" if getattr(p, "sparse_grad", False) else ""
+        rows.append((f"parameter {i}", f"{label}shape {tuple(np.shape(data))}, {np.asarray(data).dtype}{mark}"))
     return rows
 
 

@@ -111,7 +111,8 @@ class LSTMLanguageModel(Module):
     Parameter names: ``embedding.weight`` [V, E], ``lstm.weight_ih_l0`` ... (PyTorch's nn.LSTM names),
     ``decoder.weight`` [V, H], ``decoder.bias`` [V]. ``init_scale`` (if given) re-initializes every
     parameter uniform(-init_scale, init_scale) as the paper does; otherwise each layer keeps its PyTorch
-    default initialization.
+    default initialization. ``sparse_embedding``: ``Embedding(sparse=True)``, whose gradient data parallelism
+    exchanges as its non-zero rows (``minidl.distributed.data_parallel.sparse_rows``); the same model otherwise.
     """
 
     def __init__(
@@ -122,13 +123,14 @@ class LSTMLanguageModel(Module):
         dropout: float = 0.0,
         embedding_size: int | None = None,
         init_scale: float | None = None,
+        sparse_embedding: bool = False,
     ):
         super().__init__()
         if vocab_size <= 0:
             raise ValueError(f"LSTMLanguageModel: vocab_size must be positive, got {vocab_size}")
         embedding_size = hidden_size if embedding_size is None else embedding_size
         self.vocab_size, self.hidden_size, self.num_layers = vocab_size, hidden_size, num_layers
-        self.embedding = Embedding(vocab_size, embedding_size)
+        self.embedding = Embedding(vocab_size, embedding_size, sparse=sparse_embedding)
         self.drop = Dropout(dropout)
         self.lstm = LSTM(embedding_size, hidden_size, num_layers, dropout=dropout)
         self.decoder = Linear(hidden_size, vocab_size)

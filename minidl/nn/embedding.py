@@ -65,19 +65,23 @@ def embedding(indices, weight: Tensor, padding_idx: int | None = None) -> Tensor
     return EmbeddingFunction.apply(weight, indices=indices, padding_idx=padding_idx)
 
 
-def _unsupported(max_norm: float | None, scale_grad_by_freq: bool, sparse: bool) -> None:
+def _unsupported(max_norm: float | None, scale_grad_by_freq: bool) -> None:
     for name, value, default in (("max_norm", max_norm, None), ("scale_grad_by_freq", scale_grad_by_freq, False)):
         if value != default:
             raise NotImplementedError(f"Embedding: not supported: {name}={value!r}")
-    if sparse:  # the gradient is a dense array whose looked-up rows only are written (see EmbeddingFunction)
-        raise NotImplementedError("Embedding: not supported: sparse=True (sparse gradient tensors)")
 
 
 class Embedding(Module):
     """Embedding(num_embeddings, embedding_dim, padding_idx=None); weight ~ N(0, 1) as PyTorch.
 
-    With ``padding_idx``, that row starts at zero and never receives a gradient. ``max_norm``,
-    ``scale_grad_by_freq`` and ``sparse`` are not supported (an error says so).
+    With ``padding_idx``, that row starts at zero and never receives a gradient. ``max_norm`` and
+    ``scale_grad_by_freq`` are not supported (an error says so).
+
+    ``sparse=True`` marks the weight ``sparse_grad``: its gradient is still a dense array here (only the
+    looked-up rows non-zero), so every optimizer and ``clip_grad_norm`` take it as they are, but data
+    parallelism exchanges just its non-zero rows, an allgather instead of an allreduce of the whole table
+    (``minidl.distributed.data_parallel.sparse_rows``). PyTorch's ``sparse=True`` makes a sparse gradient
+    tensor instead, which DDP exchanges the same way but ``clip_grad_norm_`` refuses.
     """
 
     def __init__(
@@ -93,7 +97,7 @@ class Embedding(Module):
         _weight: np.ndarray | None = None,
     ):
         super().__init__()
-        _unsupported(max_norm, scale_grad_by_freq, sparse)
+        _unsupported(max_norm, scale_grad_by_freq)
         if num_embeddings < 1 or embedding_dim < 1:
             raise ValueError(f"Embedding: sizes must be >= 1, got {num_embeddings}, {embedding_dim}")
         if padding_idx is not None:
@@ -106,6 +110,8 @@ class Embedding(Module):
             self.reset_parameters()
         else:  # from_pretrained: the given rows, no random draw (as PyTorch's _weight)
             self.weight = Parameter(_weight)
+        self.sparse = bool(sparse)
+        self.weight.sparse_grad = self.sparse  # read by data parallelism's fusion plan (see the class docstring)
 
     @classmethod
     def from_pretrained(
@@ -139,4 +145,4 @@ class Embedding(Module):
 
     def extra_repr(self) -> str:
         pad = f", padding_idx={self.padding_idx}" if self.padding_idx is not None else ""
-        return f"{self.num_embeddings}, {self.embedding_dim}{pad}"
+        return f"{self.num_embeddings}, {self.embedding_dim}{pad}" + (", sparse=True" if self.sparse else "")

@@ -35,7 +35,13 @@ def make_cnn(batchnorm: bool = False) -> nn.Module:
 
 
 CNN_BATCH, CNN_N = 2, 48
-MODELS = {"lm": make_lm, "cnn": make_cnn, "cnn_syncbn": lambda: make_cnn(batchnorm=True)}
+MODELS = {
+    "lm": make_lm,
+    # 64 rows of which the corpus uses the first VOCAB: an embedding gradient with few non-zero rows
+    "lm_sparse": lambda: LSTMLanguageModel(64, HIDDEN, LAYERS, dropout=0.0, init_scale=0.3, sparse_embedding=True),
+    "cnn": make_cnn,
+    "cnn_syncbn": lambda: make_cnn(batchnorm=True),
+}
 
 
 def lm_corpus(seed: int = 0) -> np.ndarray:
@@ -76,7 +82,7 @@ def train(kind: str, init: dict, steps: int, comm=None, algorithm: str = "ring",
     if comm is not None:
         dist_kw.setdefault("fusion_bytes", 1024)  # several buckets even for these tiny models
         opt = dist.DistributedOptimizer(base, allreduce=algorithm, **dist_kw)
-    if kind == "lm":
+    if kind.startswith("lm"):
         _train_lm(model, opt, steps, rank, size if comm is not None else 1, world)
     else:
         _train_cnn(model, opt, steps, rank, size if comm is not None else 1, world)

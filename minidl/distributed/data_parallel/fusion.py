@@ -13,6 +13,10 @@ Layout of a bucket's buffer (one dtype)::
 
     [ grad of p0 (flattened) | grad of p1 | ... | present(p0) present(p1) ... ]
 
+A parameter marked ``sparse_grad`` (``nn.Embedding(sparse=True)``'s weight) gets a bucket of its own
+with ``rows=True`` when the plan is made with ``rows=True``: its non-zero rows are allgathered instead
+(sparse_rows.py), and it has no buffer here.
+
 ``present(p)`` is 1 where this rank has a gradient for ``p`` and 0 where ``p.grad is None`` (a
 parameter unused by this rank's batch; its gradient is packed as zeros). After the sum, a
 parameter gets a gradient on every rank exactly when at least one rank had one, so all ranks
@@ -38,6 +42,7 @@ class Bucket:
     offsets: list[int] = field(default_factory=list)  # where each gradient starts in the buffer
     numel: int = 0  # gradient elements; the presence flags follow them
     buffer: np.ndarray | None = None  # reused from step to step
+    rows: bool = False  # exchanged as its non-zero rows (sparse_rows.py), not packed
 
     @property
     def length(self) -> int:
@@ -48,10 +53,11 @@ class Bucket:
         return self.length * self.dtype.itemsize
 
 
-def plan_buckets(params: Iterable[Tensor], fusion_bytes: int) -> list[Bucket]:
+def plan_buckets(params: Iterable[Tensor], fusion_bytes: int, rows: bool = False) -> list[Bucket]:
     """Split ``params`` (in order) into buckets of one dtype and at most ``fusion_bytes`` of gradient.
 
-    ``fusion_bytes=0`` gives one bucket per parameter (no fusion).
+    ``fusion_bytes=0`` gives one bucket per parameter (no fusion). ``rows``: a parameter marked
+    ``sparse_grad`` gets a ``rows=True`` bucket of its own.
     """
     if fusion_bytes < 0:
         raise ValueError(f"fusion_bytes must be >= 0, got {fusion_bytes}")
@@ -59,9 +65,16 @@ def plan_buckets(params: Iterable[Tensor], fusion_bytes: int) -> list[Bucket]:
     for p in params:
         dtype = p.data.dtype
         nbytes = p.data.size * dtype.itemsize
+        by_rows = rows and getattr(p, "sparse_grad", False) and p.data.ndim >= 1
         last = buckets[-1] if buckets else None
-        if last is None or last.dtype != dtype or (last.numel * dtype.itemsize + nbytes > fusion_bytes):
-            last = Bucket(params=[], dtype=dtype)
+        if (
+            last is None
+            or by_rows
+            or last.rows
+            or last.dtype != dtype
+            or (last.numel * dtype.itemsize + nbytes > fusion_bytes)
+        ):
+            last = Bucket(params=[], dtype=dtype, rows=by_rows)
             buckets.append(last)
         last.params.append(p)
         last.offsets.append(last.numel)

@@ -48,6 +48,7 @@ from minidl.distributed.data_parallel import compression as _compression
 from minidl.distributed.data_parallel.allreduce import ALGORITHMS, allreduce, check_algorithm
 from minidl.distributed.data_parallel.fusion import Bucket, pack, plan_buckets, unpack
 from minidl.distributed.data_parallel.overlap import BucketOverlap
+from minidl.distributed.data_parallel.sparse_rows import exchange_rows
 from minidl.distributed.data_parallel.timing import StepTimings
 from minidl.distributed.fingerprint import check_layout, optimizer_rows, parameter_rows
 from minidl.distributed.timeout import activity
@@ -78,6 +79,11 @@ class DistributedOptimizer(Optimizer):
             the bucket) or "skip" (print a warning and skip the update, as a loss scaler would).
         measure_wait: put a barrier before the allreduces so ``timings`` can tell waiting for the slowest
             rank apart from communication (one extra tiny message round per step).
+        overlap: allreduce each bucket on a communication thread as soon as backward has finished its
+            gradients (overlap.py).
+        sparse_as_dense: Horovod's flag. False (the default): a parameter marked ``sparse_grad``
+            (``nn.Embedding(sparse=True)``'s weight) is exchanged as its non-zero rows, an allgather
+            (sparse_rows.py); True: allreduced whole like the rest. Without compression only.
 
     Attributes:
         timings: ``StepTimings``; ``print(opt.timings)`` shows the last step's compute / wait /
@@ -98,6 +104,7 @@ class DistributedOptimizer(Optimizer):
         named_parameters: Any = None,
         overflow: str = "raise",
         overlap: bool = False,
+        sparse_as_dense: bool = False,
     ):
         # No Optimizer.__init__: hyperparameters and state live in the wrapped optimizer (see the properties).
         if not isinstance(optimizer, Optimizer) or isinstance(optimizer, DistributedOptimizer):
@@ -114,6 +121,7 @@ class DistributedOptimizer(Optimizer):
         self.op = op
         self.fusion_bytes = int(fusion_bytes)
         self.compression = _compression.check(compression)
+        self.sparse_as_dense = bool(sparse_as_dense)
         self.backward_passes_per_step = int(backward_passes_per_step)
         self.measure_wait = measure_wait
         if overflow not in ("raise", "skip"):
@@ -151,6 +159,7 @@ class DistributedOptimizer(Optimizer):
             ("fusion_bytes", self.fusion_bytes, int),
             ("compression", int(self.compression is not None), lambda c: "fp16" if c else None),
             ("backward_passes_per_step", self.backward_passes_per_step, int),
+            ("sparse_as_dense", int(self.sparse_as_dense), bool),
         ]
         rows = parameter_rows(zip(self.names, self._params())) + optimizer_rows(self.optimizer)
         with activity(call):
@@ -195,7 +204,8 @@ class DistributedOptimizer(Optimizer):
     def _plan(self) -> None:
         params = self._params()
         # reverse order of the forward: backward finishes the first bucket first (what overlap needs)
-        self.buckets = plan_buckets(reversed(params), self.fusion_bytes)
+        rows = not self.sparse_as_dense and self.compression is None  # fp16 rows: not done; allreduced whole
+        self.buckets = plan_buckets(reversed(params), self.fusion_bytes, rows=rows)
         self._planned_for = tuple(id(p) for p in params)
         self._layout_checked = False
         if self.overlap:
@@ -347,16 +357,24 @@ def allreduce_buckets(
     """
     finite = True
     for i, bucket in enumerate(buckets):
-        packed = pack(bucket)
-        prescale = compression is not None and scale != 1.0
-        if prescale:
-            packed *= packed.dtype.type(scale)
-        with np.errstate(over="ignore"):  # an fp16 overflow is reported below, naming the bucket
-            reduced = allreduce(comm, _compression.compress(packed, compression), algorithm, "sum", check=check)
-        if compression is not None and not np.isfinite(reduced).all():
-            finite = False
-            _compression.report_overflow(i, bucket, comm.Get_size(), overflow)
-        unpack(bucket, _compression.decompress(reduced, bucket.dtype), 1.0 if prescale else scale)
+
+        def dense(i: int = i, bucket: Bucket = bucket) -> bool:
+            packed = pack(bucket)
+            prescale = compression is not None and scale != 1.0
+            if prescale:
+                packed *= packed.dtype.type(scale)
+            with np.errstate(over="ignore"):  # an fp16 overflow is reported below, naming the bucket
+                reduced = allreduce(comm, _compression.compress(packed, compression), algorithm, "sum", check=check)
+            ok = compression is None or bool(np.isfinite(reduced).all())
+            if not ok:
+                _compression.report_overflow(i, bucket, comm.Get_size(), overflow)
+            unpack(bucket, _compression.decompress(reduced, bucket.dtype), 1.0 if prescale else scale)
+            return ok
+
+        if bucket.rows:  # an embedding's gradient: its non-zero rows (sparse_rows.py), or whole if they are many
+            exchange_rows(bucket.params[0], comm, scale, dense)
+        else:
+            finite &= dense()
     return finite
 
 
