@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
     [
         (["--zero-stage", "2"], "--zero-stage applies only to --parallel zero"),
         (["--parallel", "model", "--overlap"], "--overlap applies only to --parallel data"),
+        (["--sparse-embedding"], "--sparse-embedding applies only to --parallel data"),
         (["--timeline", "t.json"], "--timeline applies only to --parallel data/zero"),
         (["--parallel", "zero", "--zero-stage", "4"], "invalid choice: 4"),
     ],

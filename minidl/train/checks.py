@@ -30,6 +30,7 @@ MODE_FLAGS: dict[str, tuple[Any, str, str]] = {
     "--compression": ("none", "data", "it compresses the gradient allreduces"),
     "--sync-bn": (False, "data zero", "batch statistics are shared only between data-parallel replicas"),
     "--overlap": (False, "data", "only DistributedOptimizer's bucket allreduces run during backward"),
+    "--sparse-embedding": (False, "data", "only DistributedOptimizer exchanges the embedding gradient by rows"),
     "--zero-stage": (None, "zero", "only ZeRO shards the model's state"),
     "--timeline": (None, "data zero", "the timeline records data-parallel steps"),
     "--precision": ("fp32", "none data zero", "mixed precision is emulated in these modes"),

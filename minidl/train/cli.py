@@ -84,6 +84,7 @@ FLAGS: dict[str, list[tuple[str, dict[str, Any], str]]] = {  # group -> (flag, a
         ("--fusion-mb", {"type": float, "default": 64.0}, "gradient MiB per allreduce (0: one per tensor)"),
         ("--compression", {"choices": ("none", "fp16"), "default": "none"}, "gradients on the wire"),
         ("--overlap", SWITCH, "data: allreduce each bucket during backward (as DDP)"),
+        ("--sparse-embedding", SWITCH, "data, lm: the embedding's gradient goes as its non-zero rows"),
         (
             "--zero-stage",
             {"type": int, "choices": (1, 2, 3)},

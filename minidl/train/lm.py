@@ -99,7 +99,12 @@ class LMTask(Task):
     def model(self) -> LSTMLanguageModel:
         c = self.cfg
         return LSTMLanguageModel(
-            len(self.corpus.vocab), c.hidden_size, c.num_layers, c.dropout, init_scale=c.init_scale
+            len(self.corpus.vocab),
+            c.hidden_size,
+            c.num_layers,
+            c.dropout,
+            init_scale=c.init_scale,
+            sparse_embedding=bool(getattr(self.args, "sparse_embedding", False)),
         )
 
     def chain(self, model: Any) -> list:

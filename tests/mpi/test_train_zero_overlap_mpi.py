@@ -20,6 +20,9 @@ def test_zero_stages_and_overlap_end_where_data_parallelism_ends():
     overlapped = final(["--parallel", "data", "--overlap"])
     for name, value in reference.items():
         assert np.array_equal(value, overlapped[name]), f"--overlap changed {name}"
+    rows = final(["--parallel", "data", "--overlap", "--sparse-embedding"])  # embedding gradient by rows
+    for name, value in reference.items():  # bitwise at 2 ranks (0 + a + b = a + b), the sum's order beyond
+        np.testing.assert_allclose(rows[name], value, rtol=1e-12, atol=1e-14, err_msg=f"--sparse-embedding {name}")
     for stage in ("1", "2", "3"):
         sharded = final(["--parallel", "zero", "--zero-stage", stage])
         for name, value in reference.items():  # clipping sums the norm in another order: 1e-12, not bitwise
