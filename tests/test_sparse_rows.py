@@ -66,6 +66,29 @@ def test_a_rank_without_gradient_and_ranks_without_rows():
     assert all(got is None for got, _ in _exchange([None, None]))  # nobody has one: it stays None, as dense
 
 
+def test_a_gradient_of_another_dtype_or_layout_is_summed_like_the_dense_path():
+    """Regressions: a float32 gradient of a float64 table was replaced by zeros; a rank without a gradient of
+    a Fortran-ordered 3-D parameter summed into a copy and kept zeros."""
+
+    def rank_fn(comm, data, grad):
+        p = Tensor(data.copy(), requires_grad=True)
+        p.grad = grad(comm.Get_rank())
+        exchange_rows(p, comm, 0.5, lambda: None)
+        return p.grad
+
+    g32 = lambda r: np.eye(V, H, -r - 1, dtype=np.float32)  # noqa: E731  (row r + 1 of ones)
+    out = collectives.simulate(2, rank_fn, np.zeros((V, H)), g32)
+    for got in out:
+        assert got.dtype == np.float64
+        np.testing.assert_array_equal(got, (g32(0) + g32(1)) / 2)
+    cube = np.asfortranarray(np.zeros((V, 2, 2)))
+    out = collectives.simulate(
+        2, rank_fn, cube, lambda r: None if r == 0 else np.ones((V, 2, 2)) * (np.arange(V) < 3)[:, None, None]
+    )
+    for got in out:
+        np.testing.assert_array_equal(got, np.ones((V, 2, 2)) * (np.arange(V) < 3)[:, None, None] / 2)
+
+
 def test_many_rows_fall_back_to_the_dense_exchange_on_every_rank():
     grads = [_grad(0, list(range(15))), _grad(1, list(range(10, 25)))]  # 30 rows > V/2 = 20
     assert all(fell_back for _, fell_back in _exchange(grads))

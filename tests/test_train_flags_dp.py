@@ -15,13 +15,19 @@ ROOT = Path(__file__).resolve().parents[1]
         (["--zero-stage", "2"], "--zero-stage applies only to --parallel zero"),
         (["--parallel", "model", "--overlap"], "--overlap applies only to --parallel data"),
         (["--sparse-embedding"], "--sparse-embedding applies only to --parallel data"),
+        (["cnn", "--parallel", "data", "--sparse-embedding"], "--sparse-embedding applies only to the language model"),
+        (["--parallel", "data", "--sparse-embedding", "--compression", "fp16"], "does not combine with --compression"),
         (["--timeline", "t.json"], "--timeline applies only to --parallel data/zero"),
         (["--parallel", "zero", "--zero-stage", "4"], "invalid choice: 4"),
     ],
 )
 def test_flags_of_another_mode_are_one_line_errors(flags, message):
+    task = "cnn" if flags[0] == "cnn" else "lm"
     done = subprocess.run(
-        [sys.executable, "-m", "minidl.train", "lm", "--quick", *flags], capture_output=True, text=True, cwd=ROOT
+        [sys.executable, "-m", "minidl.train", task, "--quick", *flags[task == "cnn" :]],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
     )
     assert done.returncode == 2
     assert message in done.stderr and "Traceback" not in done.stderr

@@ -83,6 +83,13 @@ def check_args(args: argparse.Namespace, root: bool = True) -> None:
     if getattr(args, "base_batch", None) is not None and getattr(args, "lr_scaling", "none") != "linear":
         raise UsageError("--base-batch needs --lr-scaling linear (it is the batch the rate is scaled from)")
     check_loss_scale(getattr(args, "loss_scale", None), getattr(args, "precision", "fp32"))
+    if getattr(args, "sparse_embedding", False):
+        if not hasattr(args, "text"):  # the language model's parser has --text; the CNN has no embedding
+            raise UsageError("--sparse-embedding applies only to the language model (lm): this model has no embedding")
+        if getattr(args, "compression", "none") != "none":
+            raise UsageError(
+                "--sparse-embedding sends rows in the gradient's dtype; it does not combine with --compression"
+            )
     mode = getattr(args, "parallel", "none")
     for flag, (default, modes, why) in MODE_FLAGS.items():
         if getattr(args, dest(flag), default) != default and mode not in modes.split():

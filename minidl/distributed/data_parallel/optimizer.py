@@ -228,7 +228,10 @@ class DistributedOptimizer(Optimizer):
         if self.timeline is not None:
             bucket = self.buckets[k]
             args = {"algorithm": self.algorithm, "bytes": int(bucket.nbytes), "tensors": len(bucket.params)}
-            self.timeline.add(f"allreduce bucket {k}", began, time.perf_counter(), thread, **args)
+            if bucket.rows:  # bytes: the whole table's, which only a dense fallback moves
+                args["exchange"] = "non-zero rows by allgather (whole table when they are over half)"
+            name = "rows exchange" if bucket.rows else "allreduce"
+            self.timeline.add(f"{name} bucket {k}", began, time.perf_counter(), thread, **args)
 
     def _scale(self) -> float:
         """What the summed gradients are multiplied by: 1 / (ranks x accumulated passes) for "average"."""

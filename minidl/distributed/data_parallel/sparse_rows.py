@@ -56,8 +56,8 @@ def exchange_rows(p: Tensor, comm: Any, scale: float, dense: Any) -> None:
     from collectives.ring import allgather_into
 
     g = p.grad
-    if g is not None and (not g.flags.c_contiguous or not g.flags.writeable):
-        g = p.grad = np.ascontiguousarray(g).copy()
+    if g is not None and (not g.flags.c_contiguous or not g.flags.writeable or g.dtype != p.data.dtype):
+        g = p.grad = np.array(g, dtype=p.data.dtype, order="C")  # summed in place below, in the parameter's dtype
     ids = nonzero_rows(g) if g is not None else np.empty(0, np.int64)
     counts = collectives.allgather(comm, np.array([len(ids), g is not None], np.int64))  # [P, 2]
     if not counts[:, 1].any():
@@ -72,8 +72,8 @@ def exchange_rows(p: Tensor, comm: Any, scale: float, dense: Any) -> None:
     all_ids = np.empty(total, np.int64)
     all_ids[mine] = ids
     allgather_into(comm, all_ids, [int(b) for b in bounds])
-    if g is None or g.dtype != p.data.dtype:
-        g = p.grad = np.zeros_like(p.data)
+    if g is None:
+        g = p.grad = np.zeros(p.data.shape, p.data.dtype)  # C order: the row view below must not be a copy
     rows2 = g.reshape(len(g), -1)
     rows = np.empty((total, width), g.dtype)
     rows[mine] = rows2[ids]
