@@ -37,6 +37,7 @@ the same sizes and dtypes, else a clear error on every rank); later ones skip it
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -351,7 +352,8 @@ def allreduce_buckets(
     check: bool = True,
     overflow: str = "raise",
 ) -> bool:
-    """For each bucket: pack the gradients, compress, allreduce (sum), decompress, unpack times ``scale``.
+    """For each bucket: pack the gradients, compress, allreduce (sum), decompress, unpack times ``scale``;
+    a ``rows`` bucket (an embedding's gradient) goes as its non-zero rows instead (sparse_rows.py).
 
     With compression the gradients are multiplied by ``scale`` *before* the cast (so an average of
     gradients below fp16's 65504 stays finite however many ranks add up), and a sum that is still not
@@ -360,24 +362,35 @@ def allreduce_buckets(
     """
     finite = True
     for i, bucket in enumerate(buckets):
-
-        def dense(i: int = i, bucket: Bucket = bucket) -> bool:
-            packed = pack(bucket)
-            prescale = compression is not None and scale != 1.0
-            if prescale:
-                packed *= packed.dtype.type(scale)
-            with np.errstate(over="ignore"):  # an fp16 overflow is reported below, naming the bucket
-                reduced = allreduce(comm, _compression.compress(packed, compression), algorithm, "sum", check=check)
-            ok = compression is None or bool(np.isfinite(reduced).all())
-            if not ok:
-                _compression.report_overflow(i, bucket, comm.Get_size(), overflow)
-            unpack(bucket, _compression.decompress(reduced, bucket.dtype), 1.0 if prescale else scale)
-            return ok
-
-        if bucket.rows:  # an embedding's gradient: its non-zero rows (sparse_rows.py), or whole if they are many
-            exchange_rows(bucket.params[0], comm, scale, dense)
+        dense = functools.partial(_allreduce_bucket, i, bucket, comm, algorithm, scale, compression, check, overflow)
+        if bucket.rows:  # never compressed (compression plans no rows bucket): no fp16 overflow to report
+            exchange_rows(bucket.params[0], comm, scale, dense)  # whole (dense()) when the rows are many
         else:
             finite &= dense()
+    return finite
+
+
+def _allreduce_bucket(
+    i: int,
+    bucket: Bucket,
+    comm: Any,
+    algorithm: str,
+    scale: float,
+    compression: str | None,
+    check: bool,
+    overflow: str,
+) -> bool:
+    """Bucket i packed, allreduced and unpacked (see allreduce_buckets); False if an fp16 sum is not finite."""
+    packed = pack(bucket)
+    prescale = compression is not None and scale != 1.0
+    if prescale:
+        packed *= packed.dtype.type(scale)
+    with np.errstate(over="ignore"):  # an fp16 overflow is reported below, naming the bucket
+        reduced = allreduce(comm, _compression.compress(packed, compression), algorithm, "sum", check=check)
+    finite = compression is None or bool(np.isfinite(reduced).all())
+    if not finite:
+        _compression.report_overflow(i, bucket, comm.Get_size(), overflow)
+    unpack(bucket, _compression.decompress(reduced, bucket.dtype), 1.0 if prescale else scale)
     return finite
 
 
