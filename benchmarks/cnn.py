@@ -37,13 +37,7 @@ import os
 import sys
 
 import numpy as np
-from harness import (
-    TORCH_GLIBC,
-    peak_rss_mb,
-    report,
-    spawn,
-    time_steps,
-)  # sets the BLAS thread counts; import NumPy after it
+from harness import TORCH_GLIBC, peak_rss_mb, report, spawn, time_steps  # sets the BLAS threads to 1
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)

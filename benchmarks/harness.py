@@ -19,7 +19,15 @@ from collections.abc import Callable
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"  # before NumPy / torch load their BLAS
 
+from threadpoolctl import threadpool_limits  # noqa: E402
+
 from minidl import memory  # noqa: E402 (after the thread counts: it loads NumPy)
+
+# The variables reach only BLAS libraries loaded after them: a script that imported NumPy before this module
+# (isort puts ``import numpy`` above ``from harness import``) had already started OpenBLAS with one thread per
+# core, and ``cnn.py --layers``, which times in its own process, ran minidl's layers on 2 threads while
+# counting the CPU time of one. Limit the libraries already loaded as well.
+threadpool_limits(1)
 
 # Every child, minidl's and PyTorch's, runs under the glibc malloc thresholds that ``import minidl`` sets
 # (minidl/memory.py): the same allocator settings on both sides, so a ratio measures the frameworks' own

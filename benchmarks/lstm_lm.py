@@ -28,13 +28,7 @@ import json
 import os
 import sys
 
-from harness import (
-    TORCH_GLIBC,
-    peak_rss_mb,
-    report,
-    spawn,
-    time_steps,
-)  # sets the BLAS thread counts; import NumPy after it
+from harness import TORCH_GLIBC, peak_rss_mb, report, spawn, time_steps  # sets the BLAS threads to 1
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
