@@ -15,7 +15,7 @@ Layout of a bucket's buffer (one dtype)::
 
 A parameter marked ``sparse_grad`` (``nn.Embedding(sparse=True)``'s weight) gets a bucket of its own
 with ``rows=True`` when the plan is made with ``rows=True``: its non-zero rows are allgathered instead
-(sparse_rows.py), and it has no buffer here.
+(sparse_rows.py), and only when they are too many to gain is it packed here, like any other bucket.
 
 ``present(p)`` is 1 where this rank has a gradient for ``p`` and 0 where ``p.grad is None`` (a
 parameter unused by this rank's batch; its gradient is packed as zeros). After the sum, a
@@ -42,7 +42,7 @@ class Bucket:
     offsets: list[int] = field(default_factory=list)  # where each gradient starts in the buffer
     numel: int = 0  # gradient elements; the presence flags follow them
     buffer: np.ndarray | None = None  # reused from step to step
-    rows: bool = False  # exchanged as its non-zero rows (sparse_rows.py), not packed
+    rows: bool = False  # exchanged as its non-zero rows (sparse_rows.py); packed only for the dense fallback
 
     @property
     def length(self) -> int:
