@@ -118,7 +118,7 @@ def test_plan_gives_the_marked_parameter_a_rows_bucket_of_its_own():
 
 @pytest.mark.parametrize("P", [2, 4])
 def test_sparse_embedding_lm_bitwise_as_dense_at_two_ranks_and_close_beyond(P, monkeypatch):
-    from minidl.distributed.data_parallel import optimizer
+    from minidl.distributed.data_parallel import fusion
 
     paths = []
 
@@ -130,7 +130,7 @@ def test_sparse_embedding_lm_bitwise_as_dense_at_two_ranks_and_close_beyond(P, m
         paths.append("call")
         exchange_rows(p, comm, scale, dense_counted)
 
-    monkeypatch.setattr(optimizer, "exchange_rows", counted)
+    monkeypatch.setattr(fusion, "exchange_rows", counted)
     init = initial_state("lm_sparse")
     runs = {
         flag: collectives.simulate(

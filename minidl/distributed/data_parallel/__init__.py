@@ -1,10 +1,10 @@
 """Data parallelism: every rank holds the whole model and trains on its share of each batch.
 
 ``optimizer.py`` (DistributedOptimizer: gradients averaged before each update), ``allreduce.py`` (the
-algorithm chosen by name), ``fusion.py`` (gradients packed into buckets), ``compression.py`` (fp16 on
-the wire), ``timing.py`` (compute / wait / communication per step), ``sampler.py`` (each rank's share
-of a batch), ``sync_batchnorm.py`` (batch statistics over all ranks), ``local_sgd.py`` (average the
-parameters every k steps instead of the gradients every step).
+algorithm chosen by name), ``fusion.py`` (gradients packed into buckets, each bucket allreduced),
+``compression.py`` (fp16 on the wire), ``timing.py`` (compute / wait / communication per step),
+``sampler.py`` (each rank's share of a batch), ``sync_batchnorm.py`` (batch statistics over all ranks),
+``local_sgd.py`` (average the parameters every k steps instead of the gradients every step).
 """
 
 from minidl.distributed.data_parallel.allreduce import ALGORITHMS, allreduce

@@ -37,19 +37,15 @@ the same sizes and dtypes, else a clear error on every rank); later ones skip it
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from minidl.distributed.comm import get_comm
 from minidl.distributed.data_parallel import compression as _compression
-from minidl.distributed.data_parallel.allreduce import ALGORITHMS, allreduce, check_algorithm
-from minidl.distributed.data_parallel.fusion import Bucket, pack, plan_buckets, unpack
+from minidl.distributed.data_parallel.allreduce import ALGORITHMS, check_algorithm
+from minidl.distributed.data_parallel.fusion import Bucket, allreduce_buckets, plan_buckets
 from minidl.distributed.data_parallel.overlap import BucketOverlap
-from minidl.distributed.data_parallel.sparse_rows import exchange_rows
 from minidl.distributed.data_parallel.timing import StepTimings
 from minidl.distributed.fingerprint import check_layout, optimizer_rows, parameter_rows
 from minidl.distributed.timeout import activity
@@ -341,57 +337,6 @@ class DistributedOptimizer(Optimizer):
             f"backward_passes_per_step={self.backward_passes_per_step}, {len(self.buckets)} buckets of [{sizes}] MiB)\n"
             f"wrapping {self.optimizer!r}"
         )
-
-
-def allreduce_buckets(
-    buckets: list[Bucket],
-    comm: Any,
-    algorithm: str,
-    scale: float,
-    compression: str | None = None,
-    check: bool = True,
-    overflow: str = "raise",
-) -> bool:
-    """For each bucket: pack the gradients, compress, allreduce (sum), decompress, unpack times ``scale``;
-    a ``rows`` bucket (an embedding's gradient) goes as its non-zero rows instead (sparse_rows.py).
-
-    With compression the gradients are multiplied by ``scale`` *before* the cast (so an average of
-    gradients below fp16's 65504 stays finite however many ranks add up), and a sum that is still not
-    finite raises a FloatingPointError naming the bucket, or (``overflow="skip"``) prints a warning and
-    returns False: every rank sees the same sum, so every rank skips. Returns True when all is finite.
-    """
-    finite = True
-    for i, bucket in enumerate(buckets):
-        dense = functools.partial(_allreduce_bucket, i, bucket, comm, algorithm, scale, compression, check, overflow)
-        if bucket.rows:  # never compressed (compression plans no rows bucket): no fp16 overflow to report
-            exchange_rows(bucket.params[0], comm, scale, dense)  # whole (dense()) when the rows are many
-        else:
-            finite &= dense()
-    return finite
-
-
-def _allreduce_bucket(
-    i: int,
-    bucket: Bucket,
-    comm: Any,
-    algorithm: str,
-    scale: float,
-    compression: str | None,
-    check: bool,
-    overflow: str,
-) -> bool:
-    """Bucket i packed, allreduced and unpacked (see allreduce_buckets); False if an fp16 sum is not finite."""
-    packed = pack(bucket)
-    prescale = compression is not None and scale != 1.0
-    if prescale:
-        packed *= packed.dtype.type(scale)
-    with np.errstate(over="ignore"):  # an fp16 overflow is reported below, naming the bucket
-        reduced = allreduce(comm, _compression.compress(packed, compression), algorithm, "sum", check=check)
-    finite = compression is None or bool(np.isfinite(reduced).all())
-    if not finite:
-        _compression.report_overflow(i, bucket, comm.Get_size(), overflow)
-    unpack(bucket, _compression.decompress(reduced, bucket.dtype), 1.0 if prescale else scale)
-    return finite
 
 
 def average_gradients(params: list[Tensor], algorithm: str = "ring", comm: Any = None) -> None:

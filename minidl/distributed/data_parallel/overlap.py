@@ -28,6 +28,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from minidl.distributed.data_parallel.fusion import allreduce_buckets
 from minidl.tensor import Tensor
 
 
@@ -76,8 +77,6 @@ class BucketOverlap:
         self.futures.append(self.pool.submit(self._allreduce, k, self.opt._scale(), not self.opt._layout_checked))
 
     def _allreduce(self, k: int, scale: float, check: bool) -> None:
-        from minidl.distributed.data_parallel.optimizer import allreduce_buckets
-
         began, opt = time.perf_counter(), self.opt
         if not allreduce_buckets(
             [opt.buckets[k]], opt.comm, opt.algorithm, scale, opt.compression, check, opt.overflow
