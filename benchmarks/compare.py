@@ -38,7 +38,8 @@ from minidl.distributed.counting import CountingComm, sent_and_received
 from minidl.distributed.data_parallel.local_sgd import LocalSGD
 from minidl.distributed.data_parallel.optimizer import DistributedOptimizer
 from minidl.distributed.parameter_server import ParameterServer, PSWorker, collect_parameters
-from minidl.distributed.state import broadcast_parameters, gather_states
+from minidl.distributed.state import broadcast_parameters
+from minidl.distributed.wire import gather_states
 from minidl.nn.module import Module
 from minidl.optim.optimizer import Optimizer
 from minidl.tensor import Tensor

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import minidl.distributed as dist
-from minidl.distributed import state as wire
+from minidl.distributed import wire
 from minidl.distributed.data_parallel import compression, fusion
 from minidl.nn import Parameter
 

@@ -34,8 +34,9 @@ Where each scheme lives
 -----------------------
 ``comm.py``             which communicator: ``init``, ``rank``, ``size``, ``barrier``; ``run`` / ``abort_on_error``
                         (an exception on any rank ends the job instead of hanging it)
-``state.py``            start identical: ``broadcast_parameters``, ``broadcast_optimizer_state``,
-                        ``broadcast_state`` and the wire format they use (JSON header + raw arrays, no pickle)
+``state.py``            start identical: ``broadcast_parameters``, ``broadcast_optimizer_state``
+``wire.py``             a state as one buffer (JSON header + raw arrays, no pickle): ``broadcast_state``,
+                        ``gather_states``, ``scatter_states``, ``send_state`` / ``recv_state``
 ``checkpoint.py``       ``save_checkpoint`` / ``load_checkpoint``: a resumed run continues bitwise;
                         ``checkpoint_schedule.py``: ``--save-every`` files, pruning, ``--inject-failure``
 ``counting.py``         ``CountingComm``: messages and bytes each rank sends, and to whom
@@ -76,14 +77,9 @@ from minidl.distributed.parameter_server import *  # noqa: F403
 from minidl.distributed.parameter_server import __all__ as _parameter_server
 from minidl.distributed.pipeline import *  # noqa: F403
 from minidl.distributed.pipeline import __all__ as _pipeline
-from minidl.distributed.state import (
-    broadcast_optimizer_state,
-    broadcast_parameters,
-    broadcast_state,
-    gather_states,
-    scatter_states,
-)
+from minidl.distributed.state import broadcast_optimizer_state, broadcast_parameters
 from minidl.distributed.timeline import Timeline
+from minidl.distributed.wire import broadcast_state, gather_states, scatter_states
 
 __all__ = [
     "CountingComm",

@@ -30,7 +30,8 @@ from typing import Any
 import numpy as np
 
 from minidl.distributed.comm import get_comm
-from minidl.distributed.state import broadcast_state, fail_together, gather_states, scatter_states
+from minidl.distributed.state import fail_together
+from minidl.distributed.wire import broadcast_state, gather_states, scatter_states
 from minidl.nn.module import Module
 from minidl.optim.optimizer import Optimizer
 

@@ -107,7 +107,7 @@ def check_layout(
 
 def first_difference(comm: Any, rows: Sequence[Row]) -> str:
     """Gather every rank's table (only after a digest differed) and describe its first differing row."""
-    from minidl.distributed.state import broadcast_state, gather_states
+    from minidl.distributed.wire import broadcast_state, gather_states
 
     tables = gather_states([list(r) for r in rows], 0, comm)
     text = describe_difference(tables) if comm.Get_rank() == 0 else None

@@ -37,7 +37,7 @@ import numpy as np
 from minidl.distributed.comm import get_comm
 from minidl.distributed.data_parallel.allreduce import allreduce
 from minidl.distributed.model_parallel.p2p import StageBoundary
-from minidl.distributed.state import gather_states
+from minidl.distributed.wire import gather_states
 from minidl.nn.container import Sequential
 from minidl.nn.module import Module
 from minidl.tensor import Tensor

@@ -177,7 +177,7 @@ class PSWorker:
 def collect_parameters(model: Module | Iterable[Tensor], comm: Any = None, num_servers: int = 1) -> None:
     """Give every rank the servers' final parameters: each server broadcasts its shard (call on all ranks,
     after ``serve()`` / ``close()``). An asynchronous worker's own copy may be older than the servers'."""
-    from minidl.distributed.state import broadcast_buffer
+    from minidl.distributed.wire import broadcast_buffer
 
     comm = get_comm(comm)
     for shard in shards_of(param_list(model), num_servers):

@@ -68,7 +68,7 @@ from minidl.distributed.pipeline.schedule import (
     events_to_array,
     schedule,
 )
-from minidl.distributed.state import gather_states
+from minidl.distributed.wire import gather_states
 from minidl.nn.container import Sequential
 from minidl.nn.module import Module
 from minidl.tensor import Tensor
