@@ -248,7 +248,38 @@ def topological_order(root: Function) -> list[Function]:
 
 def backward(root: Tensor, grad: np.ndarray | None = None, retain_graph: bool = False) -> None:
     """Accumulate d(root)/d(leaf) * grad into every leaf's ``.grad`` reached from ``root`` (``Tensor.backward``).
-    ``grad`` defaults to 1 for a one-element root."""
+
+    micrograd's reverse sweep: Functions consumers first, each one's backward on its outputs' summed gradients,
+    each input's gradient on into a leaf's ``.grad`` or its producer's slot. ``grad`` defaults to 1 for a
+    one-element root. What the engine adds (hooks, buffers reused, 16-bit rounding) lives in ``Sweep``.
+    """
+    grad = _seed(root, grad)
+    if root._ctx is None:
+        return accumulate_grad(root, grad)
+    order = topological_order(root._ctx)
+    grads: dict[int, list[np.ndarray | None]] = {id(root._ctx): [None] * root._ctx.n_outputs}  # a slot per output
+    grads[id(root._ctx)][root._out_index] = grad
+    with Sweep(order, retain_graph) as sweep:
+        for fn in order:
+            if fn.freed:
+                raise RuntimeError(
+                    f"backward: trying to backward through the graph a second time ({fn!r}'s saved values "
+                    "were freed after the first backward); call backward(retain_graph=True) the first time"
+                )
+            slots = grads.pop(id(fn), None)
+            if slots is None:
+                continue
+            for p, g, needed in zip(fn.parents, sweep.call_backward(fn, slots), fn.needs_input_grad):
+                if needed and p._ctx is None:
+                    sweep.to_leaf(fn, p, g)
+                elif needed and g is not None:
+                    s = grads.setdefault(id(p._ctx), [None] * p._ctx.n_outputs)
+                    prev, g = s[p._out_index], _checked(fn, p, g)
+                    s[p._out_index] = g if prev is None else prev + g  # not in place: g may alias a saved array
+
+
+def _seed(root: Tensor, grad: np.ndarray | None) -> np.ndarray:
+    """The gradient the sweep starts from: ``grad``, checked against the root's shape, or 1 for a scalar."""
     if not root.requires_grad:
         raise RuntimeError("backward: this tensor does not require grad and has no graph")
     if grad is None:
@@ -257,97 +288,84 @@ def backward(root: Tensor, grad: np.ndarray | None = None, retain_graph: bool = 
                 f"backward: grad can be implicitly created only for a scalar output; this tensor has "
                 f"shape {root.shape}, so pass grad= an array of that shape"
             )
-        grad = np.ones(root.shape, root.dtype)
-    elif grad.shape != root.shape:
+        return np.ones(root.shape, root.dtype)
+    if grad.shape != root.shape:
         raise ValueError(f"backward: grad has shape {grad.shape}, tensor has shape {root.shape}")
-    root_fn = root._ctx
-    if root_fn is None:
-        accumulate_grad(root, grad)
-        return
-    # grads[id(fn)] holds one slot per output of fn, summed as consumers report.
-    grads: dict[int, list[np.ndarray | None]] = {id(root_fn): [None] * root_fn.n_outputs}
-    grads[id(root_fn)][root._out_index] = grad
-    order = topological_order(root_fn)
-    pending = _pending_accumulations(order)
-    for fn in order:
-        if fn.freed:
-            raise RuntimeError(
-                f"backward: trying to backward through the graph a second time ({fn!r}'s saved values "
-                "were freed after the first backward); call backward(retain_graph=True) the first time"
-            )
-        slots = grads.pop(id(fn), None)
-        if slots is None:
-            continue
-        fn.last_use = not retain_graph
+    return grad
+
+
+def _checked(fn: Function, p: Tensor, g: np.ndarray) -> np.ndarray:
+    """The gradient ``fn.backward`` gave for its input ``p``, in ``p``'s dtype; a wrong shape raises."""
+    if g.dtype != p.dtype:
+        g = g.astype(p.dtype)  # mixed-dtype op: each input's gradient has the input's dtype
+    if g.shape != p.shape:
+        raise RuntimeError(f"{fn!r}.backward gave a gradient of shape {g.shape} for an input of shape {p.shape}")
+    return g
+
+
+class Sweep:
+    """What one backward pass does beyond the textbook loop, at its two points: calling a Function's
+    backward (``call_backward``) and adding a gradient into a leaf (``to_leaf``).
+
+    - ``last_use``: a Function's backward is told when its saved values are freed right after, so it may
+      overwrite them instead of allocating; ``retain_graph=False`` frees them.
+    - mixed precision: a Function recorded under ``amp.autocast`` has its input gradients rounded to 16 bits.
+    - ``fresh_grads``: a leaf's first gradient from such a Function is adopted as ``.grad`` without a copy.
+    - post-accumulate hooks: a leaf used by k recorded ops receives k gradients in this pass; its hooks run
+      once the k-th has been added (how data parallelism knows a gradient is final and can start its
+      allreduce while backward goes on: overlap). Hooked leaves that got no gradient run them at the end.
+    """
+
+    def __init__(self, order: list[Function], retain_graph: bool):
+        self.retain_graph = retain_graph
+        self.pending: dict[int, tuple[Tensor, int]] = {}  # hooked leaf -> (leaf, gradients still to come)
+        for fn in order:
+            for p, needed in zip(fn.parents, fn.needs_input_grad):
+                if needed and p._ctx is None and p._hooks:
+                    self.pending[id(p)] = (p, self.pending.get(id(p), (p, 0))[1] + 1)
+
+    def __enter__(self) -> Sweep:
+        return self
+
+    def __exit__(self, error: type[BaseException] | None, *_: Any) -> None:
+        if error is None:  # hooked leaves that got no gradient this time: done all the same
+            for leaf, _ in list(self.pending.values()):
+                _run_hooks(leaf)
+
+    def call_backward(self, fn: Function, slots: list[np.ndarray | None]) -> tuple[Any, ...]:
+        """``fn.backward`` on its outputs' gradients (zeros for an output that got none): one per input."""
+        fn.check_saved()
+        out_grads = tuple(g if g is not None else np.zeros(s, dt) for g, (s, dt) in zip(slots, fn.out_meta))
+        for idx, t in fn.retained.items():
+            t.grad = out_grads[idx].copy() if t.grad is None else t.grad + out_grads[idx]
+        fn.last_use = not self.retain_graph
         try:
-            in_grads = _call_backward(fn, slots)
+            in_grads = fn.backward(*out_grads)
         finally:
             fn.last_use = False
-        if not retain_graph:
+        if not self.retain_graph:
             fn.free()
-        for p, g, needed in zip(fn.parents, in_grads, fn.needs_input_grad):
-            if needed and g is not None:
-                _send(fn, p, g, grads)
-            if needed and id(p) in pending:
-                _count_down(p, pending)
-    for leaf, _ in list(pending.values()):  # hooked leaves that got no gradient this time: done all the same
-        _run_hooks(leaf)
+        if not isinstance(in_grads, tuple):
+            in_grads = (in_grads,)
+        if fn.amp_round is not None:  # recorded under amp.autocast: its gradients are 16-bit numbers too
+            in_grads = amp.rounded(in_grads, fn.amp_round)
+        if len(in_grads) != len(fn.parents):
+            raise RuntimeError(f"{fn!r}.backward returned {len(in_grads)} gradients for {len(fn.parents)} inputs")
+        return in_grads
 
-
-def _pending_accumulations(order: list[Function]) -> dict[int, tuple[Tensor, int]]:
-    """For each leaf with post-accumulate hooks: how many gradients this backward will bring it.
-
-    A leaf used by k recorded ops receives k gradients; its hooks run once the k-th has been added,
-    which is how data parallelism knows a gradient is final and can start its allreduce (overlap).
-    """
-    pending: dict[int, tuple[Tensor, int]] = {}
-    for fn in order:
-        for p, needed in zip(fn.parents, fn.needs_input_grad):
-            if needed and p._ctx is None and p._hooks:
-                pending[id(p)] = (p, pending.get(id(p), (p, 0))[1] + 1)
-    return pending
-
-
-def _count_down(leaf: Tensor, pending: dict[int, tuple[Tensor, int]]) -> None:
-    t, left = pending[id(leaf)]
-    if left > 1:
-        pending[id(leaf)] = (t, left - 1)
-    else:
-        del pending[id(leaf)]
-        _run_hooks(t)
+    def to_leaf(self, fn: Function, leaf: Tensor, g: np.ndarray | None) -> None:
+        """Add ``fn``'s gradient ``g`` (None: none this time) into ``leaf.grad``; run its hooks after its last."""
+        if g is not None:
+            accumulate_grad(leaf, _checked(fn, leaf, g), owned=fn.fresh_grads)
+        if id(leaf) in self.pending:
+            t, left = self.pending[id(leaf)]
+            if left > 1:
+                self.pending[id(leaf)] = (t, left - 1)
+            else:
+                del self.pending[id(leaf)]
+                _run_hooks(t)
 
 
 def _run_hooks(leaf: Tensor) -> None:
     for hook in leaf._hooks:
         hook(leaf)
-
-
-def _call_backward(fn: Function, slots: list[np.ndarray | None]) -> tuple[Any, ...]:
-    fn.check_saved()
-    out_grads = tuple(g if g is not None else np.zeros(shape, dtype) for g, (shape, dtype) in zip(slots, fn.out_meta))
-    for idx, t in fn.retained.items():
-        t.grad = out_grads[idx].copy() if t.grad is None else t.grad + out_grads[idx]
-    in_grads = fn.backward(*out_grads)
-    if not isinstance(in_grads, tuple):
-        in_grads = (in_grads,)
-    if fn.amp_round is not None:  # recorded under amp.autocast: its gradients are 16-bit numbers too
-        in_grads = amp.rounded(in_grads, fn.amp_round)
-    if len(in_grads) != len(fn.parents):
-        raise RuntimeError(f"{fn!r}.backward returned {len(in_grads)} gradients for {len(fn.parents)} inputs")
-    return in_grads
-
-
-def _send(fn: Function, p: Tensor, g: np.ndarray, grads: dict[int, list[np.ndarray | None]]) -> None:
-    """Pass the gradient ``g`` for input ``p`` of ``fn`` on: into a leaf's .grad, or into its producer's slot."""
-    if g.dtype != p.dtype:
-        g = g.astype(p.dtype)  # mixed-dtype op: each input's gradient has the input's dtype
-    if g.shape != p.shape:
-        raise RuntimeError(f"{fn!r}.backward gave a gradient of shape {g.shape} for an input of shape {p.shape}")
-    pf = p._ctx
-    if pf is None:
-        accumulate_grad(p, g, owned=fn.fresh_grads)
-        return
-    s = grads.setdefault(id(pf), [None] * pf.n_outputs)
-    i = p._out_index
-    prev = s[i]
-    s[i] = g if prev is None else prev + g  # not in place: g may alias an array another op still holds
