@@ -248,6 +248,7 @@ def test_lm_log_json_has_a_record_per_progress_line_and_evaluation(tmp_path, cap
     records = read_json_lines(path)
     train = [x for x in records if x["kind"] == "train"]
     evals = [x for x in records if x["kind"] == "eval"]
+    assert records[0]["kind"] == "machine" and [x["kind"] for x in records].count("machine") == 1
     assert [(x["step"], x["epoch"]) for x in train] == [(20, 1), (40, 2), (60, 2)]  # every 20th step
     for x in train:
         assert {"step", "epoch", "loss", "ppl", "lr", "words_per_s", "comp_s", "wait_s", "comm_s"} <= set(x)
@@ -262,7 +263,9 @@ def test_cnn_log_json_records_accuracy(tmp_path, capsys):
     path = tmp_path / "log.jsonl"
     r = cnn.main(["--quick", "--width", "2", "--max-steps", "6", "--log-every", "3", "--log-json", str(path)])
     capsys.readouterr()
-    train, test = read_json_lines(path)[:-1], read_json_lines(path)[-1]
+    machine, *train, test = read_json_lines(path)
+    assert machine["kind"] == "machine" and machine["numpy"] == np.__version__ and machine["sgemm"]["gflops"] > 0
+    assert machine["blas"][0]["architecture"] and "warnings" in machine  # the kernel the speeds below ran on
     assert [x["step"] for x in train] == [3, 6] and all(
         0 <= x["accuracy"] <= 1 and x["images_per_s"] > 0 for x in train
     )
