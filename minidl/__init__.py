@@ -48,6 +48,7 @@ from minidl.ops import (
     stack,
     std,
     sum,
+    tan,
     tanh,
     transpose,
     tril,
@@ -74,6 +75,6 @@ __all__ = [
     "abs", "amax", "amin", "argmax", "argmin", "broadcast_to", "cat", "ceil", "clamp", "clip", "concatenate", "cos",
     "cumsum", "eq", "exp", "flatten", "flip", "floor", "ge", "gt", "le", "log", "log2", "log_softmax", "logsumexp",
     "lt", "matmul", "maximum", "mean", "minimum", "ne", "pad", "reshape", "sigmoid", "sign", "sin", "softmax",
-    "split", "sqrt", "squeeze", "stack", "std", "sum", "tanh", "transpose", "tril", "triu", "unsqueeze", "var",
+    "split", "sqrt", "squeeze", "stack", "std", "sum", "tan", "tanh", "transpose", "tril", "triu", "unsqueeze", "var",
     "where",
 ]  # fmt: skip

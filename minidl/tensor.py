@@ -380,6 +380,9 @@ class Tensor:
     def cos(self) -> Tensor:
         return ops.Cos.apply(self)
 
+    def tan(self) -> Tensor:
+        return ops.Tan.apply(self)
+
     def abs(self) -> Tensor:
         return ops.Abs.apply(self)
 

@@ -30,7 +30,8 @@ REDUCTIONS = {
 @given(data=st.data())
 def test_reduction(name, data):
     fn, ref = REDUCTIONS[name]
-    # max/min/logsumexp of an empty axis is an error (tested below); sum and mean accept size-0 axes.
+    # max/min of an empty axis is an error (tested below); sum and mean accept size-0 axes (logsumexp: -inf,
+    # tested in test_ops_edges_torch.py).
     min_side = 0 if name in ("sum", "mean") else 1
     x = data.draw(arrays(min_side=min_side))
     axis = data.draw(axis_args(x.ndim))
@@ -62,8 +63,6 @@ def test_reduction_errors():
     x = minidl.tensor(np.ones((2, 0)))
     with pytest.raises(ValueError, match=r"max: cannot reduce a tensor of shape \(2, 0\) over an empty axis"):
         x.max(axis=1)
-    with pytest.raises(ValueError, match=r"logsumexp: axis \(1,\) of a tensor of shape \(2, 0\) is empty"):
-        x.logsumexp(axis=1)
     with pytest.raises(ValueError, match="axis 2 is out of range for a tensor with 2 dimensions"):
         minidl.tensor(np.ones((2, 3))).sum(axis=2)
 

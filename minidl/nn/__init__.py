@@ -1,7 +1,21 @@
 """Layers, losses and the Module container (names, shapes and state_dict layouts as PyTorch's)."""
 
 from minidl.nn import init
-from minidl.nn.activation import ELU, GELU, Hardswish, LeakyReLU, Mish, ReLU, Sigmoid, SiLU, Softplus, Tanh
+from minidl.nn.activation import (
+    CELU,
+    ELU,
+    GELU,
+    Hardswish,
+    LeakyReLU,
+    Mish,
+    ReLU,
+    ReLU6,
+    Sigmoid,
+    SiLU,
+    Softplus,
+    Softsign,
+    Tanh,
+)
 from minidl.nn.container import Flatten, Identity, Sequential
 from minidl.nn.conv import Conv2d
 from minidl.nn.dropout import Dropout
@@ -16,6 +30,7 @@ from minidl.nn.resnet import BasicBlock, ResNet, resnet
 from minidl.nn.rnn import LSTM, LSTMCell, LSTMLayer
 
 __all__ = [
+    "CELU",
     "ELU",
     "GELU",
     "Hardswish",
@@ -23,6 +38,7 @@ __all__ = [
     "Mish",
     "SiLU",
     "Softplus",
+    "Softsign",
     "AdaptiveAvgPool2d",
     "AvgPool2d",
     "BCEWithLogitsLoss",
@@ -46,6 +62,7 @@ __all__ = [
     "NLLLoss",
     "Parameter",
     "ReLU",
+    "ReLU6",
     "ResNet",
     "Sequential",
     "Sigmoid",

@@ -3,12 +3,28 @@
 from __future__ import annotations
 
 from minidl.nn.module import Module
-from minidl.ops.activation import elu, gelu, hardswish, leaky_relu, mish, relu, sigmoid, silu, softplus, tanh
+from minidl.ops.activation import (
+    celu,
+    elu,
+    gelu,
+    hardswish,
+    leaky_relu,
+    mish,
+    relu,
+    relu6,
+    sigmoid,
+    silu,
+    softplus,
+    softsign,
+    tanh,
+)
 from minidl.tensor import Tensor
 
 __all__ = [
-    "ELU", "GELU", "Hardswish", "LeakyReLU", "Mish", "ReLU", "SiLU", "Sigmoid", "Softplus", "Tanh",
-    "elu", "gelu", "hardswish", "leaky_relu", "mish", "relu", "sigmoid", "silu", "softplus", "tanh",
+    "CELU", "ELU", "GELU", "Hardswish", "LeakyReLU", "Mish", "ReLU", "ReLU6", "SiLU", "Sigmoid", "Softplus",
+    "Softsign", "Tanh",
+    "celu", "elu", "gelu", "hardswish", "leaky_relu", "mish", "relu", "relu6", "sigmoid", "silu", "softplus",
+    "softsign", "tanh",
 ]  # fmt: skip
 
 
@@ -26,6 +42,17 @@ class ReLU(Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return relu(x)
+
+
+class ReLU6(Module):
+    """min(max(x, 0), 6) elementwise (MobileNet's activation)."""
+
+    def __init__(self, inplace: bool = False):
+        super().__init__()
+        _no_inplace("ReLU6", inplace)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return relu6(x)
 
 
 class Tanh(Module):
@@ -64,6 +91,30 @@ class ELU(Module):
 
     def extra_repr(self) -> str:
         return f"alpha={self.alpha}"
+
+
+class CELU(Module):
+    """x if x > 0 else alpha (e^(x/alpha) - 1)."""
+
+    def __init__(self, alpha: float = 1.0, inplace: bool = False):
+        super().__init__()
+        _no_inplace("CELU", inplace)
+        if alpha == 0:
+            raise ValueError("CELU: alpha must not be 0 (the input is divided by it)")
+        self.alpha = alpha
+
+    def forward(self, x: Tensor) -> Tensor:
+        return celu(x, self.alpha)
+
+    def extra_repr(self) -> str:
+        return f"alpha={self.alpha}"
+
+
+class Softsign(Module):
+    """x / (1 + |x|) elementwise."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return softsign(x)
 
 
 class GELU(Module):

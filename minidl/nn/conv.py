@@ -99,7 +99,7 @@ def conv2d(
     weight: Tensor,
     bias: Tensor | None = None,
     stride: int | tuple[int, int] = 1,
-    padding: int | tuple[int, int] | str = 0,
+    padding: int | tuple[int, ...] | str = 0,
     dilation: int | tuple[int, int] = 1,
     groups: int = 1,
     *,
@@ -107,7 +107,8 @@ def conv2d(
 ) -> Tensor:
     """x [N, C, H, W], weight [O, C/groups, kh, kw], bias [O] or None -> [N, O, OH, OW] (PyTorch's F.conv2d).
 
-    ``padding``: an int, a pair, "valid" (none) or "same" (stride 1 only; the output keeps H x W).
+    ``padding``: an int, a pair, 4 ints (left, right, top, bottom, as F.pad's), "valid" (none) or "same"
+    (stride 1 only; the output keeps H x W). Negative padding crops (as F.pad with negative widths).
     ``method``: "im2col", "implicit", "gemm", "polyphase" (see the module docstring) or "auto" (choose_method).
     """
     stride, dilation = pair(stride, "stride"), pair(dilation, "dilation")
@@ -116,7 +117,7 @@ def conv2d(
     if not isinstance(groups, int | np.integer) or groups < 1:
         raise ValueError(f"conv2d: groups must be a positive int, got {groups!r}")
     padding = resolve_padding(padding, weight.shape[2:], stride, dilation)
-    if len(padding) == 4:  # asymmetric "same": pad explicitly, then a convolution without padding
+    if len(padding) == 4:  # uneven or negative: pad (or crop) explicitly, then a convolution without padding
         x, padding = pad2d(x, padding), (0, 0)
     if method == "polyphase" and (dilation != (1, 1) or groups != 1):
         raise ValueError(f"conv2d: the polyphase method needs dilation 1 and groups 1, got {dilation}, {groups}")
@@ -138,7 +139,8 @@ def conv2d(
 
 
 def resolve_padding(padding, kernel, stride, dilation) -> tuple[int, ...]:
-    """An int, a pair, "valid" or "same" -> (ph, pw), or (top, bottom, left, right) when "same" is uneven."""
+    """An int, a pair, 4 ints (left, right, top, bottom: F.pad's order), "valid" or "same" -> (ph, pw), or
+    (top, bottom, left, right) when the sides differ or one is negative (a negative width crops, as F.pad)."""
     if isinstance(padding, str):
         if padding == "valid":
             return (0, 0)
@@ -147,8 +149,15 @@ def resolve_padding(padding, kernel, stride, dilation) -> tuple[int, ...]:
         if stride != (1, 1):
             raise ValueError(f"conv2d: padding='same' needs stride 1, got stride={stride}")
         top, bottom, left, right = same_padding(tuple(kernel), dilation)
-        return (top, left) if (top, left) == (bottom, right) else (top, bottom, left, right)
-    return pair(padding, "padding")
+    elif not isinstance(padding, int | np.integer) and len(padding) == 4:
+        if not all(isinstance(p, int | np.integer) for p in padding):
+            raise ValueError(f"conv2d: padding must be ints, got {padding!r}")
+        left, right, top, bottom = (int(p) for p in padding)
+    else:
+        (top, left), (bottom, right) = pair(padding, "padding"), pair(padding, "padding")
+    if (top, left) == (bottom, right) and min(top, left) >= 0:
+        return top, left
+    return top, bottom, left, right
 
 
 class Conv2d(Module):
@@ -164,7 +173,7 @@ class Conv2d(Module):
         out_channels: int,
         kernel_size: int | tuple[int, int],
         stride: int | tuple[int, int] = 1,
-        padding: int | tuple[int, int] | str = 0,
+        padding: int | tuple[int, ...] | str = 0,
         dilation: int | tuple[int, int] = 1,
         groups: int = 1,
         bias: bool = True,
@@ -181,7 +190,8 @@ class Conv2d(Module):
         self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
         self.kernel_size = pair(kernel_size, "kernel_size")
         self.stride, self.dilation = pair(stride, "stride"), pair(dilation, "dilation")
-        self.padding = padding if isinstance(padding, str) else pair(padding, "padding")
+        four = not isinstance(padding, str | int | np.integer) and len(padding) == 4
+        self.padding = padding if isinstance(padding, str) else tuple(padding) if four else pair(padding, "padding")
         resolve_padding(self.padding, self.kernel_size, self.stride, self.dilation)  # fail early on a bad one
         self.padding_mode = padding_mode
         dtype = dtype or get_default_dtype()

@@ -62,7 +62,16 @@ def embedding(indices, weight: Tensor, padding_idx: int | None = None) -> Tensor
     """indices (int array or Tensor, any shape), weight [num, dim] -> [*indices.shape, dim]."""
     if isinstance(indices, Tensor):
         indices = indices.data
-    return EmbeddingFunction.apply(weight, indices=indices, padding_idx=padding_idx)
+    return EmbeddingFunction.apply(weight, indices=indices, padding_idx=padding_row(padding_idx, weight.shape[0]))
+
+
+def padding_row(padding_idx: int | None, num_embeddings: int) -> int | None:
+    """padding_idx in [-num, num) -> the row it names in [0, num) (-1 is the last row, as PyTorch)."""
+    if padding_idx is None:
+        return None
+    if not -num_embeddings <= padding_idx < num_embeddings:
+        raise ValueError(f"embedding: padding_idx {padding_idx} out of range for {num_embeddings} rows")
+    return int(padding_idx) % num_embeddings
 
 
 def _unsupported(max_norm: float | None, scale_grad_by_freq: bool) -> None:
@@ -100,10 +109,7 @@ class Embedding(Module):
         _unsupported(max_norm, scale_grad_by_freq)
         if num_embeddings < 1 or embedding_dim < 1:
             raise ValueError(f"Embedding: sizes must be >= 1, got {num_embeddings}, {embedding_dim}")
-        if padding_idx is not None:
-            if not -num_embeddings <= padding_idx < num_embeddings:
-                raise ValueError(f"Embedding: padding_idx {padding_idx} out of range for {num_embeddings} rows")
-            padding_idx %= num_embeddings
+        padding_idx = padding_row(padding_idx, num_embeddings)
         self.num_embeddings, self.embedding_dim, self.padding_idx = num_embeddings, embedding_dim, padding_idx
         if _weight is None:
             self.weight = Parameter(np.empty((num_embeddings, embedding_dim), dtype=dtype or get_default_dtype()))

@@ -7,15 +7,18 @@ from typing import Any
 
 # layers' functional forms, each defined beside its module in minidl/nn/ (re-exported as F.conv2d, ...)
 from minidl.nn.activation import (  # noqa: F401
+    celu,
     elu,
     gelu,
     hardswish,
     leaky_relu,
     mish,
     relu,
+    relu6,
     sigmoid,
     silu,
     softplus,
+    softsign,
     tanh,
 )
 from minidl.nn.container import flatten  # noqa: F401

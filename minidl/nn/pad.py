@@ -32,34 +32,45 @@ def _fold_reflect(g: np.ndarray, before: int, after: int, axis: int) -> np.ndarr
 
 
 class Pad2dFunction(Function):
-    """x [N, C, H, W] -> [N, C, H + top + bottom, W + left + right]."""
+    """x [N, C, H, W] -> [N, C, H + top + bottom, W + left + right]; a negative width crops that side
+    (zeros mode only, as F.pad), so the adjoint puts the gradient back in place with zeros where it was cropped."""
 
     def forward(self, x, *, pad, mode):
-        top, bottom, left, right = pad
-        self.pad, self.mode = pad, mode
-        if mode == "zeros":
-            return np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)))
-        return np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)), mode="reflect")
+        self.pad, self.mode, self.in_shape = pad, mode, x.shape
+        top, bottom, left, right = (max(-p, 0) for p in pad)  # the crops
+        x = x[:, :, top : x.shape[2] - bottom, left : x.shape[3] - right]
+        widths = ((0, 0), (0, 0), *((max(a, 0), max(b, 0)) for a, b in (pad[:2], pad[2:])))
+        return np.pad(x, widths) if mode == "zeros" else np.pad(x, widths, mode="reflect")
 
     def backward(self, g):
         top, bottom, left, right = self.pad
-        h, w = g.shape[2] - top - bottom, g.shape[3] - left - right
-        if self.mode == "zeros":
-            return np.ascontiguousarray(g[:, :, top : top + h, left : left + w])
-        return _fold_reflect(_fold_reflect(g, left, right, -1), top, bottom, -2)
+        if self.mode == "reflect":
+            return _fold_reflect(_fold_reflect(g, left, right, -1), top, bottom, -2)
+        h, w = self.in_shape[2] - max(-top, 0) - max(-bottom, 0), self.in_shape[3] - max(-left, 0) - max(-right, 0)
+        inner = g[:, :, max(top, 0) : max(top, 0) + h, max(left, 0) : max(left, 0) + w]
+        if min(self.pad) >= 0:
+            return np.ascontiguousarray(inner)
+        dx = np.zeros(self.in_shape, g.dtype)
+        dx[:, :, max(-top, 0) : max(-top, 0) + h, max(-left, 0) : max(-left, 0) + w] = inner
+        return dx
 
 
 def pad2d(x: Tensor, pad: tuple[int, int, int, int], mode: str = "zeros") -> Tensor:
-    """Pad x [N, C, H, W] by pad = (top, bottom, left, right) with zeros or by reflection (differentiable)."""
+    """Pad x [N, C, H, W] by pad = (top, bottom, left, right) with zeros or by reflection (differentiable);
+    with zeros a negative width crops that many rows or columns instead."""
     if mode not in PADDING_MODES:
         raise ValueError(f"not supported: padding_mode={mode!r} (supported: {', '.join(PADDING_MODES)})")
-    if len(pad) != 4 or min(pad) < 0:
-        raise ValueError(f"pad2d: pad must be 4 non-negative ints (top, bottom, left, right), got {pad}")
+    if len(pad) != 4 or not all(isinstance(p, int | np.integer) for p in pad):
+        raise ValueError(f"pad2d: pad must be 4 ints (top, bottom, left, right), got {pad}")
+    if mode == "reflect" and min(pad) < 0:
+        raise ValueError(f"pad2d: reflect padding must be non-negative, got {pad}")
     if x.ndim != 4:
         raise ValueError(f"pad2d: expected a 4-D input [N, C, H, W], got shape {x.shape}")
     h, w = x.shape[2:]
     if mode == "reflect" and (max(pad[:2]) >= h or max(pad[2:]) >= w):
         raise ValueError(f"pad2d: reflect padding {pad} must be smaller than the input's size {h}x{w}")
+    if h + min(pad[0], 0) + min(pad[1], 0) < 0 or w + min(pad[2], 0) + min(pad[3], 0) < 0:
+        raise ValueError(f"pad2d: negative padding {pad} crops more than the input's size {h}x{w}")
     return Pad2dFunction.apply(x, pad=tuple(int(p) for p in pad), mode=mode)
 
 

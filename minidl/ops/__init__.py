@@ -15,19 +15,24 @@ from minidl.ops.activation import (
     LeakyReLU,
     Mish,
     ReLU,
+    ReLU6,
     Sigmoid,
     SiLU,
     Softplus,
+    Softsign,
     Tanh,
+    celu,
     elu,
     gelu,
     hardswish,
     leaky_relu,
     mish,
     relu,
+    relu6,
     sigmoid,
     silu,
     softplus,
+    softsign,
     tanh,
 )
 from minidl.ops.compare import argmax, argmin, eq, ge, gt, le, lt, ne
@@ -35,7 +40,7 @@ from minidl.ops.elementwise import Add, Cast, Div, Mul, Neg, Pow, Sub, add, div,
 from minidl.ops.inplace import write_in_place
 from minidl.ops.linalg import MatMul, matmul
 from minidl.ops.loss import BinaryCrossEntropyWithLogits, CrossEntropy
-from minidl.ops.reduce import Cumsum, Max, Mean, Min, Sum, Var, amax, amin, cumsum, mean, std, sum, var
+from minidl.ops.reduce import Cumsum, Max, Mean, Min, Std, Sum, Var, amax, amin, cumsum, mean, std, sum, var
 from minidl.ops.select import ClampTensor, Clip, Maximum, Minimum, Where, clamp, clip, maximum, minimum, where
 from minidl.ops.shape import (
     Concatenate,
@@ -77,6 +82,7 @@ from minidl.ops.unary import (
     Sign,
     Sin,
     Sqrt,
+    Tan,
     abs,
     ceil,
     cos,
@@ -87,6 +93,7 @@ from minidl.ops.unary import (
     sign,
     sin,
     sqrt,
+    tan,
 )
 
 __all__ = [
@@ -94,13 +101,13 @@ __all__ = [
     "Abs", "Add", "BinaryCrossEntropyWithLogits", "Cast", "Ceil", "ClampTensor", "Clip", "Concatenate", "Cos",
     "CrossEntropy", "Cumsum", "Div", "ELU", "Exp", "Expand", "Flip", "Floor", "GELU", "GetItem", "Hardswish",
     "LeakyReLU", "Log", "Log2", "LogSoftmax", "LogSumExp", "MatMul", "Max", "Maximum", "Mean", "Min", "Minimum",
-    "Mish", "Mul", "Neg", "Pad", "Pow", "ReLU", "Reshape", "SiLU", "Sigmoid", "Sign", "Sin", "Softmax", "Softplus",
-    "Split", "Sqrt", "Stack", "Sub", "Sum", "Tanh", "Transpose", "Triangle", "Var", "Where",
+    "Mish", "Mul", "Neg", "Pad", "Pow", "ReLU", "ReLU6", "Reshape", "SiLU", "Sigmoid", "Sign", "Sin", "Softmax", "Softplus", "Softsign",
+    "Split", "Sqrt", "Stack", "Std", "Sub", "Sum", "Tan", "Tanh", "Transpose", "Triangle", "Var", "Where",
     # functional forms
-    "abs", "add", "amax", "amin", "argmax", "argmin", "broadcast_to", "cat", "ceil", "clamp", "clip", "concatenate",
+    "abs", "add", "amax", "amin", "argmax", "argmin", "broadcast_to", "cat", "ceil", "celu", "clamp", "clip", "concatenate",
     "cos", "cumsum", "div", "elu", "eq", "exp", "flatten", "flip", "floor", "ge", "gelu", "gt", "hardswish",
     "index_arg", "le", "leaky_relu", "log", "log2", "log_softmax", "logsumexp", "lt", "matmul", "maximum", "mean",
-    "minimum", "mish", "mul", "ne", "pad", "pow", "relu", "reshape", "shape_arg", "sigmoid", "sign", "silu", "sin",
-    "softmax", "softplus", "split", "sqrt", "squeeze", "stack", "std", "sub", "sum", "tanh", "transpose", "tril",
+    "minimum", "mish", "mul", "ne", "pad", "pow", "relu", "relu6", "reshape", "shape_arg", "sigmoid", "sign", "silu", "sin",
+    "softmax", "softplus", "softsign", "split", "sqrt", "squeeze", "stack", "std", "sub", "sum", "tan", "tanh", "transpose", "tril",
     "triu", "unsqueeze", "var", "where", "write_in_place",
 ]  # fmt: skip

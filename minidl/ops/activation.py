@@ -2,7 +2,10 @@
 
 relu(x) = max(x, 0)                           d = [x > 0]
 leaky_relu(x) = x if x > 0 else s x           d = 1 if x > 0 else s
+relu6(x) = min(max(x, 0), 6)                  d = [0 < x < 6]  (0 at both kinks, as PyTorch's hardtanh)
 elu(x) = x if x > 0 else a (e^x - 1)          d = 1 if x > 0 else a e^x
+celu(x) = x if x > 0 else a (e^(x/a) - 1)     d = 1 if x > 0 else e^(x/a)   (elu of x/a scaled by a below 0)
+softsign(x) = x / (1 + |x|)                   d = 1 / (1 + |x|)^2
 gelu(x) = x Phi(x)                            d = Phi(x) + x phi(x)      (Phi, phi: the normal cdf and pdf)
 gelu_tanh(x) = x/2 (1 + tanh(u)),  u = sqrt(2/pi) (x + 0.044715 x^3)
 softplus(x) = log(1 + e^(b x)) / b            d = sigmoid(b x); x itself where b x > threshold
@@ -92,17 +95,39 @@ class LeakyReLU(Function):
         return np.where(pos, g, g * self.slope)
 
 
+class ReLU6(Function):
+    def forward(self, a):
+        self.save_for_backward((a > 0) & (a < 6))
+        return np.clip(a, 0, 6)
+
+    def backward(self, g):
+        (inside,) = self.saved_tensors
+        return g * inside
+
+
 class ELU(Function):
-    def forward(self, a, alpha=1.0):
-        self.alpha = np.asarray(alpha, a.dtype)
+    """elu, and celu as elu with ``input_scale`` 1/alpha: x if x > 0 else alpha (e^(s x) - 1)."""
+
+    def forward(self, a, alpha=1.0, input_scale=1.0):
+        self.alpha, self.input_scale = np.asarray(alpha, a.dtype), np.asarray(input_scale, a.dtype)
         pos = a > 0
-        scaled_exp = self.alpha * np.exp(np.minimum(a, 0))  # a e^x, never overflowing
+        scaled_exp = self.alpha * np.exp(np.minimum(a, 0) * self.input_scale)  # a e^(s x), never overflowing
         self.save_for_backward(pos, scaled_exp)
         return np.where(pos, a, scaled_exp - self.alpha)
 
     def backward(self, g):
         pos, scaled_exp = self.saved_tensors
-        return np.where(pos, g, g * scaled_exp)
+        return np.where(pos, g, g * scaled_exp * self.input_scale)
+
+
+class Softsign(Function):
+    def forward(self, a):
+        self.save_for_backward(a)
+        return a / (1 + np.abs(a))
+
+    def backward(self, g):
+        (a,) = self.saved_tensors
+        return g / np.square(1 + np.abs(a))
 
 
 class GELU(Function):
@@ -184,12 +209,27 @@ def relu(x: Any) -> Tensor:
     return ReLU.apply(x)
 
 
+def relu6(x: Any) -> Tensor:
+    return ReLU6.apply(x)
+
+
 def leaky_relu(x: Any, negative_slope: float = 0.01) -> Tensor:
     return LeakyReLU.apply(x, negative_slope=negative_slope)
 
 
 def elu(x: Any, alpha: float = 1.0) -> Tensor:
     return ELU.apply(x, alpha=alpha)
+
+
+def celu(x: Any, alpha: float = 1.0) -> Tensor:
+    """x if x > 0 else alpha (e^(x/alpha) - 1): continuously differentiable elu (Barron, 2017)."""
+    if alpha == 0:
+        raise ValueError("celu: alpha must not be 0 (the input is divided by it)")
+    return ELU.apply(x, alpha=alpha, input_scale=1.0 / alpha)
+
+
+def softsign(x: Any) -> Tensor:
+    return Softsign.apply(x)
 
 
 def gelu(x: Any, approximate: str = "none") -> Tensor:

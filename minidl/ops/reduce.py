@@ -8,7 +8,6 @@ from typing import Any
 import numpy as np
 
 from minidl.autograd import Function
-from minidl.ops.unary import Sqrt
 from minidl.tensor import Tensor
 
 
@@ -97,15 +96,21 @@ class Min(_Extremum):
     name, reduce = "min", staticmethod(np.min)
 
 
+def check_float(op: str, a: np.ndarray) -> None:
+    """var and std are defined on floats only, as PyTorch's (bool True/False are not the numbers 1/0 here)."""
+    if a.dtype.kind not in "fc":
+        raise TypeError(f"{op}: only floating-point tensors are supported, got {a.dtype} (cast first: x.float())")
+
+
 class Var(Function):
     """Variance over axes with ``correction`` (Bessel's: divide by n - correction; 1 is the unbiased estimate,
     as torch.var's default). Two passes, d = a - mean(a), so a large mean costs no precision.
     d var / d a_i = 2 d_i / (n - correction)."""
 
     def forward(self, a, axis=None, correction=1, keepdims=False):
+        check_float("var", a)
         self.axes, self.keepdims = normalize_axis(axis, a.ndim), keepdims
-        n = int(np.prod([a.shape[ax] for ax in self.axes]))
-        self.dof = np.asarray(max(n - correction, 0), a.dtype)  # n - correction <= 0 gives inf or nan, as PyTorch
+        self.dof = dof(a, self.axes, correction)
         d = a - a.mean(axis=self.axes, keepdims=True)
         self.save_for_backward(d)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -115,6 +120,36 @@ class Var(Function):
         (d,) = self.saved_tensors
         with np.errstate(divide="ignore", invalid="ignore"):
             return expand_reduced(g, d.shape, self.axes, self.keepdims) * (2 * d / self.dof)
+
+
+def dof(a: np.ndarray, axes: tuple[int, ...], correction: int) -> np.ndarray:
+    """n - correction, the divisor of var (n: the elements reduced); <= 0 gives inf or nan, as PyTorch."""
+    n = int(np.prod([a.shape[ax] for ax in axes]))
+    return np.asarray(max(n - correction, 0), a.dtype)
+
+
+class Std(Function):
+    """sqrt(var) computed as s sqrt(sum((d / s)^2) / (n - correction)), d = a - mean(a), s = max |d|: the
+    squares of float32 values near 1e20 would overflow, the scaled ones are <= 1.
+    d std / d a_i = d_i / ((n - correction) std), and 0 where std = 0 (all values equal), as PyTorch."""
+
+    def forward(self, a, axis=None, correction=1, keepdims=False):
+        check_float("std", a)
+        self.axes, self.keepdims = normalize_axis(axis, a.ndim), keepdims
+        self.dof = dof(a, self.axes, correction)
+        d = a - a.mean(axis=self.axes, keepdims=True)
+        scale = np.abs(d).max(axis=self.axes, keepdims=True, initial=0)
+        scale[scale == 0] = 1  # every d is 0 there: any scale gives std 0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out = scale * np.sqrt(np.square(d / scale).sum(axis=self.axes, keepdims=True) / self.dof)
+        self.save_for_backward(d, out)
+        return out if keepdims else out.reshape([n for i, n in enumerate(a.shape) if i not in self.axes])
+
+    def backward(self, g):
+        d, out = self.saved_tensors
+        with np.errstate(divide="ignore", invalid="ignore"):
+            per = np.where(out == 0, 0, 1 / (self.dof * out)).astype(d.dtype, copy=False)
+        return expand_reduced(g, d.shape, self.axes, self.keepdims) * d * per
 
 
 class Cumsum(Function):
@@ -168,8 +203,9 @@ def var(
 def std(
     x: Any, axis: Any = None, unbiased: bool | None = None, keepdims: bool = False, correction: int | None = None
 ) -> Tensor:
-    """sqrt(var(x)); its gradient d_i / ((n - correction) std) is infinite where std = 0, as PyTorch's."""
-    return Sqrt.apply(var(x, axis, unbiased, keepdims, correction))
+    """sqrt(var(x)) over ``axis``, scaled so float32 values near 1e20 do not overflow; its gradient
+    d_i / ((n - correction) std) is 0 where std = 0, as PyTorch's."""
+    return Std.apply(x, axis=axis, correction=_correction(unbiased, correction), keepdims=keepdims)
 
 
 def cumsum(x: Any, axis: int) -> Tensor:

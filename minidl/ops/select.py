@@ -17,7 +17,7 @@ from minidl.tensor import Tensor
 class _PickOne(Function):
     """max/min of two broadcast operands. The gradient goes to the operand that was picked;
     on a tie it is split half and half (PyTorch's rule for ``maximum``/``minimum``), so the
-    two gradients always add up to g."""
+    two gradients add up to g; where one side is NaN (the result is NaN) both get g, as PyTorch."""
 
     name = ""
     pick = staticmethod(np.maximum)
@@ -30,9 +30,12 @@ class _PickOne(Function):
 
     def backward(self, g):
         a, b = self.saved_tensors
-        share_a = (self.beats(a, b) + 0.5 * (a == b)).astype(g.dtype)  # 1, 0 or 1/2 on a tie
-        ga = unbroadcast(g * share_a, a.shape) if self.needs_input_grad[0] else None
-        gb = unbroadcast(g * (1 - share_a), b.shape) if self.needs_input_grad[1] else None
+        tie = 0.5 * (a == b)
+        # 1 to the side picked, 0 to the other, 1/2 each on a tie; where either is NaN neither side is beaten,
+        # so both get all of g (PyTorch's rule: the NaN propagates from both)
+        share_a, share_b = 1 - self.beats(b, a) - tie, 1 - self.beats(a, b) - tie
+        ga = unbroadcast(g * share_a.astype(g.dtype), a.shape) if self.needs_input_grad[0] else None
+        gb = unbroadcast(g * share_b.astype(g.dtype), b.shape) if self.needs_input_grad[1] else None
         return ga, gb
 
 

@@ -4,7 +4,9 @@ logsumexp(a) = m + log(sum(exp(a - m))),  m = max(a)      (every exp argument <=
 log_softmax(a) = a - logsumexp(a)
 softmax(a) = exp(a - m) / sum(exp(a - m))
 
-A 0-d input is a distribution over one value: softmax 1, log_softmax 0 (as PyTorch).
+A 0-d input is a distribution over one value: softmax 1, log_softmax 0 (as PyTorch). Over an empty axis softmax
+and log_softmax are empty and logsumexp is -inf (the log of an empty sum), as PyTorch; logsumexp of bool or
+integer tensors is taken in float32, as PyTorch promotes them.
 """
 
 from __future__ import annotations
@@ -16,12 +18,16 @@ import numpy as np
 
 from minidl.autograd import Function
 from minidl.ops.reduce import expand_reduced, last_axis_sum, normalize_axis
-from minidl.tensor import Tensor
+from minidl.tensor import Tensor, get_default_dtype
 
 
 def shifted_exp(a: np.ndarray, axis) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """exp(a - m) and its sum along ``axis`` (both keepdims), and m = max(a) with non-finite maxima set to 0
-    (a row of all -inf then gives logsumexp = -inf instead of NaN)."""
+    (a row of all -inf then gives logsumexp = -inf instead of NaN). Over an empty axis the sum is 0, so
+    logsumexp is -inf and softmax empty, as PyTorch."""
+    if any(a.shape[ax] == 0 for ax in normalize_axis(axis, a.ndim)):
+        s = np.zeros(np.sum(a, axis=axis, keepdims=True).shape, a.dtype)
+        return np.empty_like(a), s, s.copy()
     m = np.max(a, axis=axis, keepdims=True)
     m = np.where(np.isfinite(m), m, 0)
     e = np.asarray(a - m)  # the one full-size buffer; exp in place
@@ -35,13 +41,23 @@ def logsumexp_array(a: np.ndarray, axis=-1, keepdims: bool = False) -> np.ndarra
     """log(sum(exp(a), axis)) in NumPy, stable. No gradient; see LogSumExp for the op."""
     axes = normalize_axis(axis, a.ndim)
     _, s, m = shifted_exp(a, axes)
-    out = m + np.log(s)
+    out = m + log_sum(s)
     return out if keepdims else out.squeeze(axis=axes)
 
 
-def _check_nonempty(op: str, a: np.ndarray, axes: tuple[int, ...]) -> None:
-    if any(a.shape[ax] == 0 for ax in axes):
-        raise ValueError(f"{op}: axis {axes} of a tensor of shape {a.shape} is empty")
+def log_sum(s: np.ndarray) -> np.ndarray:
+    """log of the sums of exp; a sum over an empty axis is 0, its log -inf (no warning: that is the answer)."""
+    with np.errstate(divide="ignore"):
+        return np.log(s)
+
+
+def float_input(op: str, a: np.ndarray) -> np.ndarray:
+    """Bool and integer inputs as floats of the default dtype (PyTorch promotes them so for logsumexp)."""
+    if a.dtype.kind in "biu":
+        return a.astype(get_default_dtype())
+    if a.dtype.kind not in "fc":
+        raise TypeError(f"{op}: expected a numeric tensor, got dtype {a.dtype}")
+    return a
 
 
 class LogSumExp(Function):
@@ -49,11 +65,10 @@ class LogSumExp(Function):
 
     def forward(self, a, axis=None, keepdims=False):
         self.axes, self.keepdims = normalize_axis(axis, a.ndim), keepdims
-        _check_nonempty("logsumexp", a, self.axes)
-        e, s, m = shifted_exp(a, self.axes)
+        e, s, m = shifted_exp(float_input("logsumexp", a), self.axes)
         e /= s  # softmax, kept for backward
         self.save_for_backward(e)
-        out = m + np.log(s)
+        out = m + log_sum(s)
         return out if keepdims else out.squeeze(axis=self.axes)
 
     def backward(self, g):
@@ -66,7 +81,6 @@ class Softmax(Function):
 
     def forward(self, a, axis=-1):
         self.axis = normalize_axis(axis, a.ndim)
-        _check_nonempty("softmax", a, self.axis)
         e, s, _ = shifted_exp(a, self.axis)
         e /= s
         self.save_for_backward(e)
@@ -84,10 +98,9 @@ class LogSoftmax(Function):
 
     def forward(self, a, axis=-1):
         self.axis = normalize_axis(axis, a.ndim)
-        _check_nonempty("log_softmax", a, self.axis)
         _, s, m = shifted_exp(a, self.axis)
         out = np.asarray(a - m)  # (a - m) - log(s): exact where a = m, unlike a - (m + log(s))
-        out -= np.log(s)
+        out -= log_sum(s)
         self.save_for_backward(out)
         return out
 

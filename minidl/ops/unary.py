@@ -1,4 +1,4 @@
-"""One-input math: exp, log, log2, sqrt, sin, cos, abs, and the piecewise-constant sign, floor, ceil.
+"""One-input math: exp, log, log2, sqrt, sin, cos, tan, abs, and the piecewise-constant sign, floor, ceil.
 
 Each backward is the derivative times g. sign, floor and ceil are flat almost everywhere: their gradient is 0
 (as PyTorch's), so a graph through them carries zeros rather than stopping.
@@ -81,6 +81,19 @@ class Cos(Function):
         return -g * np.sin(a)
 
 
+class Tan(Function):
+    """d tan(a) = 1 + tan(a)^2."""
+
+    def forward(self, a):
+        out = np.tan(a)
+        self.save_for_backward(out)
+        return out
+
+    def backward(self, g):
+        (out,) = self.saved_tensors
+        return g * (1 + out * out)
+
+
 class Abs(Function):
     """|a|;  d|a| = sign(a), taken as 0 at a = 0 (as PyTorch)."""
 
@@ -139,6 +152,10 @@ def sin(x: Any) -> Tensor:
 
 def cos(x: Any) -> Tensor:
     return Cos.apply(x)
+
+
+def tan(x: Any) -> Tensor:
+    return Tan.apply(x)
 
 
 def abs(x: Any) -> Tensor:  # noqa: A001 - the NumPy name
