@@ -19,6 +19,7 @@ import numpy as np
 import collectives
 import minidl.distributed as dist
 from minidl.distributed.timeout import TimeoutComm
+from minidl.info import print_header
 from minidl.measure import busy_note, interleaved, peak_rss_mb, spread
 
 
@@ -35,6 +36,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--calls", type=int, default=50)
     args = parser.parse_args()
+    print_header(quick=True)  # rank 0: the BLAS kernel, CPU, MPI library
     bare = dist.init(timeout=0)
     wrapped = TimeoutComm(bare, 300.0)
     rank, p = bare.Get_rank(), bare.Get_size()

@@ -21,6 +21,7 @@ import numpy as np  # noqa: E402
 
 import minidl  # noqa: E402
 import minidl.nn.functional as F  # noqa: E402
+from minidl.info import print_header  # noqa: E402
 from minidl.measure import busy_note, interleaved, peak_rss_mb, seconds, spread  # noqa: E402
 
 
@@ -30,6 +31,7 @@ def main() -> None:
     ap.add_argument("--c", type=int, default=10000)
     ap.add_argument("--repeats", type=int, default=15)
     args = ap.parse_args()
+    print_header()
     rng = np.random.default_rng(0)
     x = rng.standard_normal((args.n, args.c)).astype(np.float32)
     t = rng.integers(0, args.c, args.n)

@@ -20,6 +20,7 @@ import numpy as np  # noqa: E402
 
 from minidl.data import generated_corpus, make_shapes  # noqa: E402
 from minidl.data.corpus_gen import CONFIGS, build_language  # noqa: E402
+from minidl.info import print_header  # noqa: E402
 from minidl.measure import peak_rss_mb, seconds, spread  # noqa: E402
 
 
@@ -47,6 +48,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
+    print_header(quick=args.quick)
     words, images = (50_000, 1_000) if args.quick else (1_000_000, 10_000)
 
     hmm, _ = build_language(CONFIGS["default"], seed=0)

@@ -39,6 +39,8 @@ import time
 import numpy as np
 from harness import SAME_MALLOC, median_spread, peak_rss_mb  # sets the BLAS thread counts (workers inherit them)
 
+from minidl.info import print_header
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VOCAB, HIDDEN, LAYERS, T, B, CLIP = 10_000, 200, 2, 20, 20, 5.0
 
@@ -223,6 +225,7 @@ def main() -> None:
     if args.worker:
         (minidl_worker if args.worker == "minidl" else torch_worker)(args)
         return
+    print_header(quick=args.quick)
     if args.quick or os.environ.get("MINIDL_QUICK") == "1":
         args.ranks, args.rounds, args.steps, args.warmup = "2", 1, 3, 1
     try:

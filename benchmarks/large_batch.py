@@ -26,6 +26,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 from large_batch_study import RECIPES, images, norm_study, sweep  # noqa: E402
 
+from minidl.info import print_header  # noqa: E402
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -36,6 +38,7 @@ def main() -> None:
     parser.add_argument("--train", type=int, default=1024 if quick else 8192, help="training images")
     parser.add_argument("--seeds", type=int, default=1)
     args = parser.parse_args()
+    print_header(quick=args.quick)
     data, batches = images(args.train), [int(b) for b in args.batches.split(",")]
     started = time.perf_counter()
     runs = [sweep(data, batches, epochs=args.epochs, seed=s) for s in range(args.seeds)]

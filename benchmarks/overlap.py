@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 
 from minidl.distributed.timeline import load  # noqa: E402
+from minidl.info import print_header  # noqa: E402
 
 COMPUTE = ("forward", "backward")  # main-thread compute spans (the update span may hold the synchronize)
 
@@ -98,6 +99,7 @@ def main() -> None:
     parser.add_argument("--fusion-mb", default="0.1", help="bucket size (MiB): several buckets, so some can overlap")
     parser.add_argument("--quick", action="store_true", help="p = 2, the LM, 5 repeats of 6 steps")
     args = parser.parse_args()
+    print_header(quick=args.quick)
     if args.quick:
         args.ranks, args.models, args.steps = "2", "lm", 6
     launcher = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")

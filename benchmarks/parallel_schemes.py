@@ -26,6 +26,7 @@ import compare as C  # benchmarks/compare.py, beside this file
 import numpy as np
 
 from minidl.distributed.parameter_server.protocol import HEADER_BYTES
+from minidl.info import print_header
 from minidl.measure import busy_note, peak_rss_mb, spread
 
 
@@ -44,6 +45,7 @@ def main(argv: list[str] | None = None) -> list[C.SchemeResult] | None:
     parser.add_argument("--quick", action="store_true", help="a few steps (CI)")
     parser.add_argument("--repeats", type=int, default=5, help="runs of every scheme, interleaved (median shown)")
     args = parser.parse_args(argv)
+    print_header(quick=True)  # rank 0
     if args.quick or os.environ.get("MINIDL_QUICK") == "1":
         args.steps, args.hidden = min(args.steps, 20), min(args.hidden, 32)
 

@@ -44,6 +44,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ALGORITHMS = ["ring", "tree", "naive", "recursive_doubling", "rabenseifner", "auto", "mpi"]
 VOCAB, HIDDEN, LAYERS, T, B = 10_000, 200, 2, 20, 20
 sys.path.insert(0, ROOT)
+from minidl.info import print_header  # noqa: E402
 from minidl.measure import peak_rss_mb, spread  # noqa: E402
 
 
@@ -202,6 +203,7 @@ def main() -> None:
     if args.worker:
         worker(args)
         return
+    print_header(quick=args.quick)
     counts = [int(p) for p in args.ranks.split(",")] if args.ranks else rank_counts(args.max_ranks)
     runs: dict[tuple[int, str], list[dict]] = {}
     if args.from_json:

@@ -25,6 +25,7 @@ import numpy as np
 
 import collectives
 from collectives.dispatch import ALLREDUCE
+from minidl.info import print_header
 from minidl.measure import busy_note, interleaved, peak_rss_mb, spread
 
 
@@ -52,6 +53,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--number", type=int, default=3000, help="calls per measurement")
     args = parser.parse_args()
+    print_header()
     comm, general = EchoComm(), ALLREDUCE["recursive_doubling"]
     print(f"{'size':>6} {'path':>8} {'us/call':>9} {'min-max':>15} {'Python us':>10}")
     for nbytes in (1 << 10, 4 << 10, 16 << 10):

@@ -46,6 +46,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from collectives.cost import load_params  # noqa: E402
+from minidl.info import print_header  # noqa: E402
 from minidl.measure import busy_note  # noqa: E402
 from minidl.simulate import (  # noqa: E402
     Cluster,
@@ -227,6 +228,7 @@ def main() -> None:
     ap.add_argument("--resnet50-rate", type=float, default=100.0, help="(c): images/s of one Skylake node")
     ap.add_argument("--quick", action="store_true", help="1 repeat, 30 steps, the small model only")
     args = ap.parse_args()
+    print_header(quick=args.quick)
     if args.quick:
         args.repeats, args.steps, args.profile_steps = 1, 30, 3
     if args.part in ("here", "all"):

@@ -29,6 +29,7 @@ import minidl  # noqa: E402
 import minidl.distributed as dist  # noqa: E402
 import minidl.nn.functional as F  # noqa: E402
 from minidl import optim  # noqa: E402
+from minidl.info import print_header  # noqa: E402
 from minidl.models.lm import LSTMLanguageModel  # noqa: E402
 
 K = 2  # Adam: exp_avg and exp_avg_sq
@@ -76,6 +77,7 @@ def main() -> None:
     ap.add_argument("--vocab", type=int, default=10_000)
     ap.add_argument("--hidden", type=int, default=200)
     args = ap.parse_args()
+    print_header()
     print(
         f"{'P':>3} {'scheme':<8}{'params MB':>11}{'grads MB':>10}{'state MB':>10}{'total MB':>10}"
         f"{'formula MB':>12}{'sent MB/step':>14}"

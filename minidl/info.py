@@ -247,7 +247,7 @@ def header_lines(facts: dict[str, Any]) -> list[str]:
     for lib in facts["blas"]:
         lines.append(
             f"numpy {facts['numpy']}, BLAS {lib['internal_api']} {lib['version']} ({lib['file']}), "
-            f"kernel {lib['architecture']}, {lib['num_threads']} threads ({lib['threading_layer']})"
+            f"kernel {lib['architecture']}, BLAS threads {lib['num_threads']} ({lib['threading_layer']})"
         )
     if not facts["blas"]:
         lines.append(f"numpy {facts['numpy']}, no BLAS library found by threadpoolctl")
@@ -263,11 +263,13 @@ def header_lines(facts: dict[str, Any]) -> list[str]:
     return lines
 
 
-def print_header(quick: bool = False) -> dict[str, Any]:
-    """Print the header lines (only on the first rank under mpiexec) and return the facts."""
+def print_header(quick: bool = False) -> dict[str, Any] | None:
+    """Print the header lines and return the facts; under mpiexec only the first rank measures and prints (None
+    elsewhere). ``quick``: the sgemm at 1000^3."""
+    if any(os.environ.get(v, "0") != "0" for v in RANK_VARIABLES):
+        return None
     facts = machine_facts(SGEMM_QUICK_N if quick else SGEMM_N)
-    if all(os.environ.get(v, "0") == "0" for v in RANK_VARIABLES):
-        print("\n".join(header_lines(facts)), flush=True)
+    print("\n".join(header_lines(facts)), flush=True)
     return facts
 
 
