@@ -3,12 +3,12 @@
     res = collectives.simulate(4, lambda comm: collectives.ring.allreduce(comm, np.arange(8.0), np.add))
     fig = collectives.diagram.spacetime(res.messages, 4, "ring.png")
 
-Rank r is the horizontal line y = r (rank 0 on top); the x axis is the simulator's logical clock (a step is
-one round of communication, see collectives/simulated.py). A message sent at step s and received at clock a
-is an arrow from (s, source) to (a, dest), as Lamport drew them ("Time, Clocks, and the Ordering of Events in
-a Distributed System", 1978). Arrows are coloured by phase (the message's tag: reduce-scatter, allgather, ...)
-and their width grows with the bytes they carry. A message never received (the run deadlocked) is dashed.
-matplotlib is needed here only; nothing else in ``collectives`` draws.
+Rank r is the horizontal line y = r (rank 0 on top); the x axis is the logical clock of the in-process
+communicator (``collectives.simulate``: a step is one round of communication). A message sent at step s and
+received at clock a is an arrow from (s, source) to (a, dest): the space-time diagram of Lamport's "Time, Clocks,
+and the Ordering of Events in a Distributed System" (1978), turned on its side. Arrows are coloured by phase (the
+message's tag: reduce-scatter, allgather, ...) and grow wider with the bytes they carry; a message never received
+(the run deadlocked) is dashed. matplotlib is imported only when a diagram is drawn.
 """
 
 from __future__ import annotations
@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from collectives import common
-from collectives.simulated import Message
 from collectives.walkthrough import PHASES
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+
+    from collectives.inprocess import Message
 
 # Every tag of collectives/common.py by its name (TAG_REDUCE_SCATTER: "reduce-scatter"), walkthrough's names first.
 TAG_NAMES = {v: k[4:].lower().replace("_", "-") for k, v in vars(common).items() if k.startswith("TAG_")} | PHASES
@@ -107,7 +108,7 @@ def _highlights(highlight: Any, nprocs: int) -> tuple[set[int], set[int]]:
     ranks = {int(h) for h in highlight or () if isinstance(h, (int, np.integer))}
     if any(not 0 <= r < nprocs for r in ranks):
         raise ValueError(f"spacetime: highlight names ranks {sorted(ranks)}, outside 0..{nprocs - 1}")
-    return ranks, {id(h) for h in highlight or () if isinstance(h, Message)}
+    return ranks, {id(h) for h in highlight or () if not isinstance(h, (int, np.integer))}
 
 
 def _arrows(ax: Any, messages: Sequence[Message], marked: set[int]) -> dict[str, str]:
