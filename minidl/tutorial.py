@@ -54,16 +54,23 @@ def show(fig: Any, name: str, **savefig: Any) -> Path:
     """Save ``fig`` as ``out_dir()/name``; in a notebook also display it inline. Returns the path."""
     path = out_dir() / name
     fig.savefig(path, **({"dpi": 100, "bbox_inches": "tight"} | savefig))
-    if in_notebook():  # as a PNG, whatever matplotlib backend the kernel runs
-        from IPython.display import Image, display
-
-        display(Image(filename=str(path)))
-    else:
-        print("saved", path)
+    show_file(path)
     import matplotlib.pyplot as plt
 
     plt.close(fig)
     return path
+
+
+def show_file(path: Path) -> Path:
+    """A picture already written (a PNG or SVG, e.g. by ``minidl.viz.graph``): shown inline in a notebook,
+    named in a script. Returns the path."""
+    if in_notebook():  # as a file, whatever matplotlib backend the kernel runs
+        from IPython.display import SVG, Image, display
+
+        display(SVG(filename=str(path)) if Path(path).suffix == ".svg" else Image(filename=str(path)))
+    else:
+        print("saved", path)
+    return Path(path)
 
 
 def mpiexec() -> str | None:

@@ -2,6 +2,7 @@
 
 import re
 import shutil
+import sys
 
 import numpy as np
 import pytest
@@ -122,3 +123,12 @@ def test_spacetime_rejects_bad_input():
         spacetime(res.messages, 1)
     with pytest.raises(ValueError, match="highlight names ranks"):
         spacetime(res.messages, 2, highlight={5})
+
+
+def test_without_matplotlib_the_error_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib.backends.backend_agg", None)  # an import of it now fails
+    res = collectives.simulate(2, lambda comm: collectives.ring.allreduce(comm, np.arange(4.0), np.add))
+    with pytest.raises(ImportError, match="pip install matplotlib"):
+        spacetime(res.messages, 2)
+    with pytest.raises(ImportError, match="pip install matplotlib"):
+        viz.graph(_small_graph(), engine="matplotlib")

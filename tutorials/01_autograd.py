@@ -87,6 +87,26 @@ def print_graph(root: minidl.Tensor) -> None:
 print_graph(L)
 
 # %% [markdown]
+# The same graph as a picture: `minidl.viz.graph` reads the same links and draws each Function as a box with its
+# output's shape and dtype, each leaf as an ellipse (green: it requires grad; dashed: a constant). It uses
+# graphviz's `dot` program when it is installed, and matplotlib otherwise; `minidl.viz.to_dot(L)` gives the text
+# that `dot` draws from.
+
+# %%
+from minidl import viz  # noqa: E402
+
+
+def draw_graph(root: minidl.Tensor, name: str, **options) -> None:
+    """The autograd graph of ``root``, saved under tutorials/out (inline in a notebook)."""
+    try:
+        tutorial.show_file(viz.graph(root, tutorial.out_dir() / name, **options).path)
+    except ImportError:  # neither graphviz nor matplotlib here: the text dot would draw from
+        print(viz.to_dot(root, **options))
+
+
+draw_graph(L, "01_autograd_graph_neuron.png")
+
+# %% [markdown]
 # ## 2. Backward by hand
 #
 # The chain rule, from the loss back, one Function at a time:
@@ -243,6 +263,14 @@ def model(inputs):
     return (minidl.tensor(inputs) @ W1 + b1).tanh() @ W2 + b2
 
 
+# %% [markdown]
+# The graph one forward pass of this model records, from the two inputs and four parameters to the loss. The
+# first op, `MatMul`, has the whole batch as its first input: 200 points of 2 coordinates.
+
+# %%
+draw_graph(F.cross_entropy(model(X), Y), "01_autograd_graph_mlp.png", params=dict(W1=W1, b1=b1, W2=W2, b2=b2))
+
+# %%
 steps, lr = (300, 1.0) if QUICK else (2000, 1.0)
 for step in range(steps + 1):
     loss = F.cross_entropy(model(X), Y)
