@@ -1,0 +1,118 @@
+"""``python -m collectives.check FILE.py:FUNCTION --collective allreduce``: property-test your own collective.
+
+    python -m collectives.check my_ring.py:allreduce                      # in-process ranks 1..16
+    python -m collectives.check my_ring.py:allreduce --examples 500 --seed 3 --cost ring
+    mpiexec -n 4 python -m collectives.check my_ring.py:allreduce --mpi  # the real communicator, against MPI's own call
+
+Exit status: 0 when every property holds, 1 with the shrunk counterexample (printed), 2 on a
+usage error (no such file or function, a signature that cannot be called as the collective's).
+The properties, the signatures and the report are collectives.testing's (see its docstring).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import inspect
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from collectives.kit.spec import COLLECTIVES
+
+
+class UsageError(Exception):
+    """A command line that cannot be run: exit 2 with this one line."""
+
+
+def load_function(target: str) -> Callable[..., Any]:
+    """'path/to/file.py:name' -> the function (a module path 'pkg.mod:name' works too)."""
+    where, sep, name = target.rpartition(":")
+    if not sep or not where or not name:
+        raise UsageError(f"expected FILE.py:FUNCTION, got {target!r}")
+    if where.endswith(".py"):
+        path = Path(where)
+        if not path.is_file():
+            raise UsageError(f"no such file: {where}")
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.path.insert(0, str(path.parent.resolve()))  # the user's file may import its neighbours
+        spec.loader.exec_module(module)
+    else:
+        try:
+            module = importlib.import_module(where)
+        except ImportError as exc:
+            raise UsageError(f"cannot import {where}: {exc}") from None
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        raise UsageError(f"{where} has no function {name!r}")
+    return fn
+
+
+def check_signature(fn: Callable[..., Any], collective: str, inplace: bool) -> None:
+    """Raise UsageError unless fn can be called with the collective's arguments."""
+    spec = COLLECTIVES[collective]
+    signature = spec.inplace if inplace else spec.signature
+    nargs = signature.count(",") + 1
+    try:
+        inspect.signature(fn).bind(*range(nargs))
+    except TypeError as exc:
+        raise UsageError(f"{getattr(fn, '__name__', fn)} cannot be called as {signature}: {exc}") from None
+    except ValueError:
+        pass  # no signature to inspect (a builtin): let the run say
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        prog="python -m collectives.check", description=__doc__.split("\n\n")[0] if __doc__ else None
+    )
+    ap.add_argument("target", metavar="FILE.py:FUNCTION", help="the function to check")
+    ap.add_argument("--collective", default="allreduce", choices=list(COLLECTIVES), help="default: allreduce")
+    ap.add_argument("--max-ranks", type=int, default=16, help="world sizes 1..N in-process (default 16)")
+    ap.add_argument("--examples", type=int, default=100, help="cases to draw (default 100)")
+    ap.add_argument("--seed", type=int, default=None, help="hypothesis' seed (default: a fresh one each run)")
+    ap.add_argument("--inplace", action="store_true", help="the in-place form (allreduce, allgather)")
+    ap.add_argument(
+        "--cost", default=None, help="hold the messages and bytes to a package algorithm's model, e.g. ring"
+    )
+    ap.add_argument("--timeout", type=float, default=20.0, help="seconds a case may run before it counts as hung")
+    ap.add_argument("--diagram", default=None, help="where to save the failure's space-time diagram (PNG)")
+    ap.add_argument("--mpi", action="store_true", help="run on MPI.COMM_WORLD (under mpiexec) against MPI's own call")
+    args = ap.parse_args(argv)
+    if args.max_ranks < 1 or args.examples < 1:
+        ap.error("--max-ranks and --examples must be at least 1")
+    if args.inplace and not COLLECTIVES[args.collective].inplace:
+        ap.error(f"--inplace: {args.collective} has no in-place form")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse(argv)  # argparse exits 2 on its own errors
+    try:
+        fn = load_function(args.target)
+        check_signature(fn, args.collective, args.inplace)
+    except UsageError as exc:
+        print(f"collectives.check: {exc}", file=sys.stderr)
+        return 2
+    if args.mpi:
+        from collectives.kit.mpi import check_mpi
+
+        return check_mpi(fn, args)
+    from collectives.testing import PropertyFailure, check
+
+    try:
+        report = check(
+            fn, args.collective, max_ranks=args.max_ranks, examples=args.examples, seed=args.seed,
+            inplace=args.inplace, cost=args.cost, timeout=args.timeout, diagram=args.diagram,
+        )  # fmt: skip
+    except PropertyFailure as failure:
+        print(failure)
+        return 1
+    print(f"{args.target}: {report}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""The report of a shrunk failure: what broke, on which case, with what inputs, and the messages that did it.
+
+The step table comes from a second run of the same function on the failing p and n with traceable
+values (cases.rank_data's "traceable": element i of rank r is 2^r + 2^24 i, and int64 sums keep
+both), so every message can be read as "which ranks' contributions, which elements". The run on
+the failing dtype is what the space-time diagram draws, with the first wrong rank in red.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from collectives.kit.cases import TRACE_BITS, Case
+from collectives.kit.run import Outcome, run_case
+
+TABLE_STEPS = 40  # rows of the step table at most
+ABRIDGE = {"threshold": 8, "edgeitems": 3, "max_line_width": 110}
+
+
+class PropertyFailure(AssertionError):
+    """A property of a user's collective failed; ``str()`` is the whole report.
+
+    ``property``: the first property that broke (one of PROPERTIES); ``case``: the shrunk Case;
+    ``outcome``: its Outcome (inputs, results, expected values, messages); ``diagram``: the PNG's path or None.
+    """
+
+    def __init__(self, outcome: Outcome, text: str, diagram: str | None = None):
+        super().__init__(text)
+        self.outcome, self.case, self.diagram = outcome, outcome.case, diagram
+        self.property = outcome.failures[0][0]
+
+
+def describe_failure(fn: Callable[..., Any], outcome: Outcome, diagram: str | None = None) -> PropertyFailure:
+    """The PropertyFailure of a failed Outcome, with its report (and the diagram drawn where asked)."""
+    case = outcome.case
+    name = getattr(fn, "__qualname__", repr(fn))
+    broken = [p for p, _ in outcome.failures]
+    lines = [f"{name} breaks {', '.join(repr(p) for p in broken)} as {case.collective}"]
+    lines += [f"  {prop}: {what}" for prop, what in outcome.failures]
+    lines.append(f"smallest failing case: {case}")
+    lines.append("properties: " + ", ".join(f"{p} {'FAILED' if p in broken else 'ok'}" for p in outcome.checked))
+    lines += _inputs(outcome) + _answers(outcome)
+    lines += ["messages, step by step (the same function on traceable int64 values, p and n as above):"]
+    table, traced = step_table(fn, case)
+    lines += ["  " + row for row in table]
+    path = _diagram(traced or outcome, diagram, outcome.first_wrong)
+    if path:
+        lines.append(f"space-time diagram of the failing run: {path}")
+    lines.append(f"reproduce: collectives.testing.run_case(fn, collectives.testing.{case!r})")
+    return PropertyFailure(outcome, "\n".join(lines), path)
+
+
+def _item(v: Any) -> str:
+    """A NumPy scalar as Python writes it (1.5, not np.float64(1.5))."""
+    return repr(v.item() if isinstance(v, np.generic) and v.dtype.names is None else v)
+
+
+def _abridged(x: Any) -> str:
+    return "None" if x is None else np.array2string(np.asarray(x), **ABRIDGE)  # type: ignore[arg-type]
+
+
+def _inputs(outcome: Outcome) -> list[str]:
+    lines = ["inputs (abridged):"]
+    for w, arrays in enumerate(outcome.inputs[:8]):
+        shown = "; ".join(f"{k} = {_abridged(v)}" for k, v in arrays.items() if k != "buf")
+        lines.append(f"  rank {w}: {shown}")
+    if outcome.case.p > 8:
+        lines.append(f"  ... ranks 8..{outcome.case.p - 1} likewise")
+    return lines
+
+
+def _answers(outcome: Outcome) -> list[str]:
+    if not outcome.results:
+        return []
+    lines = ["expected against got:"]
+    for w, (want, got) in enumerate(zip(outcome.expected, outcome.results)):
+        if w >= 8 and (outcome.first_wrong is None or w != outcome.first_wrong[0]):
+            continue
+        if want is None:
+            lines.append(f"  rank {w}: (no result expected) got {_abridged(got)}")
+        else:
+            lines.append(f"  rank {w}: expected {_abridged(want.value)}")
+            lines.append(f"  {'':>{len(str(w)) + 5}} got      {_abridged(got)}")
+    if outcome.first_wrong is not None:
+        w, i = outcome.first_wrong
+        want = outcome.expected[w]
+        assert want is not None
+        lines.append(
+            f"first wrong: rank {w}, element {i}: expected {_item(want.value[i])}, got {_item(outcome.results[w][i])}"
+        )
+    return lines
+
+
+# -- the step table -------------------------------------------------------------------------------------
+def decode(values: np.ndarray) -> list[tuple[tuple[int, ...], int] | None]:
+    """(the ranks a traceable value sums, its element index), or None for a value no partial sum can be."""
+    out: list[tuple[tuple[int, ...], int] | None] = []
+    for v in values.tolist():
+        ranks = tuple(r for r in range(TRACE_BITS) if (v >> r) & 1)
+        high = v >> TRACE_BITS
+        out.append((ranks, high // len(ranks)) if ranks and v >= 0 and high % len(ranks) == 0 else None)
+    return out
+
+
+def describe(data: bytes | None) -> str:
+    """A message's traceable contents as runs: 'x0+x1[2:4]' is elements 2..3 summed over ranks 0 and 1."""
+    values = np.frombuffer(data or b"", np.int64)
+    if values.size == 0:
+        return "nothing"
+    runs: list[list[Any]] = []  # [ranks, first element, last element]
+    for item in decode(values):
+        if item is not None and runs and runs[-1][0] == item[0] and runs[-1][2] == item[1] - 1:
+            runs[-1][2] = item[1]
+        else:
+            runs.append([item[0], item[1], item[1]] if item else [None, 0, 0])
+    parts = []
+    for ranks, lo, hi in runs[:4]:
+        if ranks is None:
+            parts.append("?")
+            continue
+        who = "+".join(f"x{r}" for r in ranks)
+        parts.append(f"{who if len(ranks) == 1 else '(' + who + ')'}[{lo}:{hi + 1}]")
+    return ", ".join(parts) + (f", ... ({len(runs)} runs)" if len(runs) > 4 else "")
+
+
+def step_table(fn: Callable[..., Any], case: Case) -> tuple[list[str], Outcome | None]:
+    """One row per logical step, every message sent then as 'source->dest contents'; and the traced run."""
+    if case.p > TRACE_BITS - 8:
+        return [f"(not tabulated: traceable values need p <= {TRACE_BITS - 8})"], None
+    traced = case.with_(dtype="int64", op="sum" if case.op else None, values="traceable", layout="world")
+    outcome = run_case(fn, traced, timeout=10.0, record_data=True)
+    rows: dict[int, list[str]] = {}
+    for m in outcome.messages:
+        rows.setdefault(m.step, []).append(f"{m.source}->{m.dest} {describe(m.data)}")
+    lines = [f"step {step + 1:>3}: " + " | ".join(rows[step]) for step in sorted(rows)[:TABLE_STEPS]]
+    if len(rows) > TABLE_STEPS:
+        lines.append(f"... {len(rows) - TABLE_STEPS} more steps")
+    if not lines:
+        lines.append("(no messages)")
+    if not outcome.ok:
+        lines.append(f"on these values too: {outcome.failures[0][0]}: {outcome.failures[0][1].splitlines()[0]}")
+    return lines, outcome
+
+
+def _diagram(outcome: Outcome, path: str | None, first_wrong: tuple[int, int] | None) -> str | None:
+    """Draw a run's messages, labelled with their contents where they were recorded, the first wrong rank
+    in red; None without matplotlib or messages."""
+    if path == "" or not outcome.messages:
+        return None
+    try:
+        from collectives.diagram import spacetime
+
+        if path is None:
+            path = tempfile.NamedTemporaryFile(prefix="collectives-check-", suffix=".png", delete=False).name
+        marked = {first_wrong[0]} if first_wrong else set()
+        c = outcome.case
+        title = f"{c.collective}, p = {c.p}, n = {c.n}" + (", traceable values" if c.values == "traceable" else "")
+        labels = [describe(m.data) if m.data is not None else "" for m in outcome.messages]
+        spacetime(outcome.messages, c.p, path, title=title, highlight=marked, labels=labels)
+    except ImportError:
+        return None
+    return path
