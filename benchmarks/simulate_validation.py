@@ -77,8 +77,8 @@ def run(cmd: list[str], timeout: float) -> str:
 
 
 def calibrate(p: int, path: str) -> None:
-    """alpha, beta, gamma measured among p ranks here (``python -m collectives.calibrate``), saved to ``path``."""
-    run([mpiexec(), "-n", str(p), sys.executable, "-m", "collectives.calibrate", "--out", path], 600)
+    """alpha, beta, gamma measured among p ranks here (``python -m collectives.virtual_time.calibrate``), saved to ``path``."""
+    run([mpiexec(), "-n", str(p), sys.executable, "-m", "collectives.virtual_time.calibrate", "--out", path], 600)
 
 
 RATE = re.compile(r"steps in [\d:]+(?: on \d+ ranks)?, ([\d,]+) words/s")

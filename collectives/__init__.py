@@ -9,28 +9,25 @@
     collectives.ring.allreduce(comm, flat, np.add) # the bare schedule: no agreement check, flat arrays
 
 ``comm`` is anything with mpi4py's buffer-based point-to-point subset (Get_rank, Get_size, Send,
-Recv, Sendrecv, Isend, Irecv): an ``MPI.Comm`` or a simulated one. Only NumPy is needed; mpi4py
+Recv, Sendrecv, Isend, Irecv): an ``MPI.Comm`` or an in-process one. Only NumPy is needed; mpi4py
 only to run on real MPI.
 
-The collectives (dispatch.py, varying.py: each checks that the ranks agree, then runs a schedule):
-allreduce, reduce, broadcast, reduce_scatter (equal or given counts), allgather, gather, scatter,
-barrier, alltoall, scan, exscan, and the v-variants allgatherv, gatherv, scatterv, alltoallv. Ops
-(common.py): sum, prod, max, min, land, lor, lxor, band, bor, bxor, and maxloc/minloc on
-(value, index) pairs (loc.py, ``collectives.pairs``).
-
-The schedules, one file each, each opening with its cost and a worked example: naive (and linear
-gather/scatter), tree (binomial reduce and broadcast), ring (reduce-scatter and allgather),
-recursive_doubling, rabenseifner (recursive halving), fold (MPICH's fold for non-powers of two),
-dissemination (the barrier), exchange (alltoall: pairwise exchange, Bruck), prefix (scan and
-exscan by recursive doubling).
-Around them: agreement (the check, and how it carries short vectors), cost (the alpha-beta-gamma
-model), simulated (in-process ranks), walkthrough (explain: a schedule step by step), bench.
-The virtual-time cluster: trace (each rank's calls, from the real code), replay (virtual time),
-network and topology (links, presets, contention), rounds (the vectorized replay), calibrate.
+    algorithms/     the schedules, one page each: naive, tree, ring, recursive_doubling,
+                    rabenseifner, fold, dissemination, exchange, prefix, hierarchical
+    dispatch.py     the collectives (allreduce, reduce, broadcast, reduce_scatter, allgather, gather,
+                    scatter, barrier, alltoall, scan, exscan); varying.py: the v-variants
+    agreement.py    the check that every rank brings the same call, and how it carries short vectors
+    common.py       the ops (sum, prod, max, min, logical and bitwise; loc.py: maxloc/minloc), tags, blocks
+    cost.py         the alpha-beta-gamma model; auto.py: what algorithm="auto" picks from it
+    fastpath.py     the short checked allreduce in one exchange
+    inprocess.py    P ranks as threads of one process: simulate, SimulatedComm, Message, traffic
+    walkthrough.py  explain: a schedule step by step; bench.py: timings under MPI
+    virtual_time/   the virtual-time cluster: trace, replay, rounds, network, topology, flows, calibrate
 """
 
-from collectives import (
-    cost,
+from collectives import cost
+from collectives.agreement import MismatchError
+from collectives.algorithms import (
     dissemination,
     exchange,
     fold,
@@ -42,7 +39,7 @@ from collectives import (
     ring,
     tree,
 )
-from collectives.agreement import MismatchError
+from collectives.auto import choose_algorithm
 from collectives.common import OPS
 from collectives.cost import ALGORITHMS
 from collectives.dispatch import (
@@ -51,7 +48,6 @@ from collectives.dispatch import (
     alltoall,
     barrier,
     broadcast,
-    choose_algorithm,
     exscan,
     gather,
     reduce,
@@ -59,16 +55,17 @@ from collectives.dispatch import (
     scan,
     scatter,
 )
+from collectives.inprocess import DeadlockError, Message, SimulatedComm, SimulationResult, simulate, traffic
 from collectives.loc import pairs
-from collectives.replay import allreduce_time
-from collectives.simulated import DeadlockError, SimulatedComm, SimulationResult, simulate
 from collectives.varying import allgatherv, alltoallv, gatherv, scatterv
+from collectives.virtual_time.replay import allreduce_time
 from collectives.walkthrough import explain
 
 __all__ = [
     "ALGORITHMS",
     "OPS",
     "DeadlockError",
+    "Message",
     "MismatchError",
     "SimulatedComm",
     "SimulationResult",
@@ -102,5 +99,6 @@ __all__ = [
     "scatter",
     "scatterv",
     "simulate",
+    "traffic",
     "tree",
 ]

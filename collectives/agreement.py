@@ -47,8 +47,8 @@ from typing import Any
 
 import numpy as np
 
+from collectives.algorithms.fold import allgather_blocks, fold_of
 from collectives.common import TAG_CHECK, TAG_HEADERS, Op, combine, reduction
-from collectives.fold import allgather_blocks, fold_of
 
 FIXED = np.dtype(
     [
@@ -177,8 +177,14 @@ def _merge(room: np.ndarray, expected: bytes, mine: np.ndarray, f: Op | None, lo
 def raise_unless_agreed(comm: Any, head: bytes, agreed: bool) -> None:
     """After a handshake (whose answer every rank shares): if it failed, gather every header and raise on every rank."""
     if not agreed:
-        table = exchange_headers(comm, head)
+        table = exchange_headers(comm, head + context_bytes(ROW - len(head)))
         raise_mismatch(table, disagreement(table))
+
+
+def context_bytes(room: int) -> bytes:
+    """This rank's ``CONTEXT()`` as text for the unused end of its row in a mismatch's table (``describe`` adds it)."""
+    text = CONTEXT[0]() if CONTEXT else ""
+    return text.encode("utf-8", "replace")[:room]
 
 
 def exchange_headers(comm: Any, head: bytes) -> np.ndarray:
@@ -209,6 +215,8 @@ def describe(row: np.ndarray) -> str:
         dtype = np.dtype(dtype).name
     except TypeError:
         pass
+    if h["ndim"] == -1 and not h["op"] and h["root"] < 0:
+        return h["call"].decode() + _context(row)  # a call that moves no array (a step agreement, a layout check)
     if h["ndim"] == -1:
         what = "no array"
     elif h["ndim"] == -2:
@@ -216,7 +224,14 @@ def describe(row: np.ndarray) -> str:
     else:
         what = f"shape {shape} dtype {dtype}"
     root = f", root {int(h['root'])}" if h["root"] >= 0 else ""
-    return f"{h['call'].decode()} with {what}, op {h['op'].decode()!r}{root}"
+    return f"{h['call'].decode()} with {what}, op {h['op'].decode()!r}{root}{_context(row)}"
+
+
+def _context(row: np.ndarray) -> str:
+    """The sender's CONTEXT text after its header in ``row`` (" (...)"), or nothing."""
+    ndim = int(parse(row)[0]["ndim"])
+    text = row[FIXED.itemsize + 8 * max(ndim, 0) :].tobytes().rstrip(b"\0").decode("utf-8", "replace")
+    return f" ({text})" if text else ""
 
 
 def disagreement(table: np.ndarray) -> str:
@@ -229,13 +244,24 @@ def disagreement(table: np.ndarray) -> str:
     return "ranks disagree on their arrays"
 
 
+# What this rank is doing, in a few words, for its row of a mismatch's table: a library above the collectives
+# may set one function (minidl: "2 optimizer steps done"), read on the rank's own thread.
+CONTEXT: list[Callable[[], str]] = []
+
+# A caller's words for a mismatch that involves one of its calls (by the start of the call's name), added to the
+# error on every rank: minidl's optimizer steps say why ranks end up at different steps.
+NOTES: dict[str, str] = {}
+
+
 def raise_mismatch(table: np.ndarray, problem: str) -> None:
     groups: dict[bytes, list[int]] = {}
     for rank, row in enumerate(table):
         groups.setdefault(row.tobytes(), []).append(rank)
     lines = [f"ranks {ranks}: {describe(table[ranks[0]])}" for ranks in groups.values()]
     call = parse(table[0])[0]["call"].decode()  # rank 0's, so that every rank's message is the same
-    raise MismatchError(f"{call}: {problem} (every rank raises this error):\n  " + "\n  ".join(lines))
+    calls = [parse(row)[0]["call"].decode() for row in table]
+    notes = sorted({note for start, note in NOTES.items() if any(c.startswith(start) for c in calls)})
+    raise MismatchError(f"{call}: {problem} (every rank raises this error):\n  " + "\n  ".join(lines + notes))
 
 
 def agree(comm: Any, x: Any, op: str | None, call: str, root: int = -1, check: bool = True, varying: bool = False):

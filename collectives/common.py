@@ -86,8 +86,6 @@ def _reduction(op: str, dtype: np.dtype) -> Op:
         raise ValueError(f"unknown op {op!r}: expected one of {', '.join(OPS)}")
     dtype = np.dtype(dtype)
     if op in ("maxloc", "minloc"):
-        from collectives.loc import check_pairs
-
         check_pairs(dtype, op)
         return OPS[op]
     if dtype.names is not None or dtype.kind not in "biufc":
@@ -102,6 +100,18 @@ def _reduction(op: str, dtype: np.dtype) -> Op:
             "cast to an integer dtype, or use 'max' for any / 'min' for all"
         )
     return OPS[op]
+
+
+def check_pairs(dtype: np.dtype, op: str) -> None:
+    """Raise TypeError unless dtype is a (value, index) pair of a real number and an integer (for loc.py's ops)."""
+    names = dtype.names or ()
+    if set(names) != {"value", "index"} or len(names) != 2:
+        raise TypeError(
+            f"op {op!r} needs (value, index) pairs: a structured array with fields 'value' and 'index' "
+            f"(collectives.pairs(values, index)), not dtype {dtype}"
+        )
+    if dtype["value"].kind not in "iuf" or dtype["index"].kind not in "iu":
+        raise TypeError(f"op {op!r}: 'value' must be an integer or float and 'index' an integer, got {dtype}")
 
 
 def block_bounds(n: int, parts: int) -> list[int]:

@@ -226,7 +226,7 @@ def _reduction_time(nbytes: int, repeats: int) -> float:
 
 def _round_time(comm: Any, repeats: int) -> float:
     """Seconds per round of a ring allreduce of 8 bytes (2 (p - 1) rounds): a message plus the Python around it."""
-    from collectives.ring import allreduce
+    from collectives.algorithms.ring import allreduce
 
     x = np.zeros(2, dtype=np.float32)
     times = []
@@ -247,7 +247,7 @@ def calibrate(comm: Any, large: int = 1 << 24, repeats: int = 10, apply: bool = 
     take the slowest rank's numbers (a max-allreduce), so "auto" chooses alike everywhere. A
     collective call: every rank of ``comm`` must call it. With ``apply``, "auto" uses the result.
     """
-    from collectives.tree import allreduce
+    from collectives.algorithms.tree import allreduce
 
     values = DEFAULT.as_array()
     if comm.Get_size() >= 2:

@@ -5,21 +5,16 @@ it validates the arguments, checks that every rank brings the same call, shape, 
 (a MismatchError on every rank if not), runs the schedule on the flat array and gives the result
 its shape. The algorithm files themselves know nothing of the check.
 
-"auto" does what MPICH does with its size thresholds, but from the cost model: it predicts every
-algorithm's time for this p and message size and takes the fastest (on equal predictions, the
-first in cost.PREFERENCE: the ring before Rabenseifner). ``choose_algorithm`` shows the choice
-and the predictions. Every rank computes the same choice from the same (p, size, parameters); if
-ranks disagree on the size, the agreement check of the chosen algorithms says so.
+"auto" takes the algorithm the cost model predicts fastest (auto.py, ``choose_algorithm``).
 """
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import numpy as np
 
-from collectives import dissemination, exchange, fastpath, naive, prefix, rabenseifner, recursive_doubling, ring, tree
+from collectives import fastpath
 from collectives.agreement import (
     agree,
     agree_on_counts,
@@ -30,9 +25,10 @@ from collectives.agreement import (
     header,
     raise_unless_agreed,
 )
+from collectives.algorithms import dissemination, exchange, naive, prefix, rabenseifner, recursive_doubling, ring, tree
+from collectives.algorithms.fold import allgather_blocks
+from collectives.auto import auto_algorithm
 from collectives.common import block_bounds, bounds_of
-from collectives.cost import ALGORITHMS, PREFERENCE, TIE, CostParams, get_params, predict
-from collectives.fold import allgather_blocks
 from collectives.loc import wire
 
 ALLREDUCE = {
@@ -45,38 +41,6 @@ ALLREDUCE = {
         ("rabenseifner", rabenseifner),
     ]
 }
-
-
-def choose_algorithm(p: int, nbytes: int, params: CostParams | None = None) -> tuple[str, dict[str, float]]:
-    """The algorithm "auto" uses for p ranks and ``nbytes`` per rank, and every algorithm's predicted seconds."""
-    name, times = _choose(p, nbytes, params or get_params())
-    return name, dict(times)
-
-
-_memo: tuple[CostParams | None, dict] = (None, {})  # (parameters, {(p, nbytes): algorithm})
-
-
-def _auto(p: int, nbytes: int) -> str:
-    """choose_algorithm's answer for the current parameters, remembered (it costs as much as a short allreduce)."""
-    global _memo
-    params = get_params()
-    memo_params, memo = _memo
-    if memo_params is not params:  # new parameters (set_params, calibrate): forget the old answers
-        memo = {}
-        _memo = (params, memo)
-    choice = memo.get((p, nbytes))
-    if choice is None:
-        choice = memo[(p, nbytes)] = _choose(p, nbytes, params)[0]
-    return choice
-
-
-@functools.lru_cache(maxsize=1024)
-def _choose(p: int, nbytes: int, params: CostParams) -> tuple[str, tuple]:
-    """Cached: the prediction costs microseconds, as much as a short allreduce."""
-    times = {name: predict(name, p, nbytes, params) for name in ALGORITHMS}
-    fastest = min(times.values())
-    choice = next(name for name in PREFERENCE if times[name] <= fastest * (1 + TIE))  # ties: cost.PREFERENCE
-    return choice, tuple(times.items())
 
 
 def allreduce(comm: Any, x: Any, op: str = "sum", algorithm: str = "auto", check: bool = True) -> np.ndarray:
@@ -92,7 +56,7 @@ def allreduce(comm: Any, x: Any, op: str = "sum", algorithm: str = "auto", check
         if out is not None:
             return out
     if algorithm == "auto":
-        algorithm = _auto(comm.Get_size(), x.nbytes if isinstance(x, np.ndarray) else np.asarray(x).nbytes)
+        algorithm = auto_algorithm(comm.Get_size(), x.nbytes if isinstance(x, np.ndarray) else np.asarray(x).nbytes)
     run = ALLREDUCE.get(algorithm)
     if run is None:
         raise ValueError(f"unknown allreduce algorithm {algorithm!r}: expected auto or one of {list(ALLREDUCE)}")

@@ -46,8 +46,9 @@ import numpy as np
 
 from collectives import cost
 from collectives.agreement import AGREED, DIFFERS, INLINE, ROOM, STATUS, header_bytes, raise_unless_agreed
+from collectives.algorithms.fold import fold_of
+from collectives.auto import auto_algorithm
 from collectives.common import LOGICAL, TAG_CHECK, reduction
-from collectives.fold import fold_of
 
 CALL = "recursive_doubling.allreduce"
 
@@ -248,13 +249,12 @@ def _find(comm: Any, x: np.ndarray, op: Any, auto: bool) -> Plan | None:
 
 def _make(comm: Any, x: np.ndarray, op: Any, auto: bool) -> Plan | None:
     """The plan for this call (remembered), or None (also remembered) where the fast path does not apply."""
-    from collectives.dispatch import _auto
 
     p, rank = comm.Get_size(), comm.Get_rank()
     fold = fold_of(rank, p)
     plan = None
     if p > 1 and not fold.extra and x.dtype.isnative and x.dtype.names is None:
-        if not auto or _auto(p, x.nbytes) == "recursive_doubling":
+        if not auto or auto_algorithm(p, x.nbytes) == "recursive_doubling":
             try:
                 f = reduction(op, x.dtype)
                 plan = Plan(comm, x, f, op, auto, tuple((peer, peer < rank) for peer in fold.doubling_peers))

@@ -40,18 +40,6 @@ def pairs(values: Any, index: Any, mpi_layout: bool = False) -> np.ndarray:
     return out
 
 
-def check_pairs(dtype: np.dtype, op: str) -> None:
-    """Raise TypeError unless dtype is a (value, index) pair of a real number and an integer."""
-    names = dtype.names or ()
-    if set(names) != {"value", "index"} or len(names) != 2:
-        raise TypeError(
-            f"op {op!r} needs (value, index) pairs: a structured array with fields 'value' and 'index' "
-            f"(collectives.pairs(values, index)), not dtype {dtype}"
-        )
-    if dtype["value"].kind not in "iuf" or dtype["index"].kind not in "iu":
-        raise TypeError(f"op {op!r}: 'value' must be an integer or float and 'index' an integer, got {dtype}")
-
-
 class LocOp:
     """maxloc or minloc as a function f(a, b, out=None) on pair arrays, like a ufunc's call."""
 

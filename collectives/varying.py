@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 
-from collectives import naive, recursive_doubling, ring
 from collectives.agreement import (
     INLINE,
     MismatchError,
@@ -33,8 +32,9 @@ from collectives.agreement import (
     header_bytes,
     raise_unless_agreed,
 )
+from collectives.algorithms import naive, recursive_doubling, ring
+from collectives.algorithms.exchange import pairwise
 from collectives.common import bounds_of
-from collectives.exchange import pairwise
 from collectives.loc import wire
 
 

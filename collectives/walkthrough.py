@@ -11,11 +11,12 @@ a description of the algorithm: what is printed is what the code sent.
 from __future__ import annotations
 
 import sys
-from typing import IO
+from collections.abc import Callable
+from typing import IO, Any
 
 import numpy as np
 
-from collectives import naive, rabenseifner, recursive_doubling, ring, tree
+from collectives.algorithms import naive, rabenseifner, recursive_doubling, ring, tree
 from collectives.common import (
     TAG_ALLGATHER,
     TAG_BCAST,
@@ -26,7 +27,7 @@ from collectives.common import (
     TAG_REDUCE_SCATTER,
     block_bounds,
 )
-from collectives.simulated import Message, simulate
+from collectives.inprocess import Message, simulate
 
 SCHEDULES = {
     "naive": naive.allreduce,
@@ -82,22 +83,49 @@ def describe_message(m: Message, p: int, n: int) -> str:
     return f"{where}={total} -> {m.dest}"
 
 
-def explain(algorithm: str = "ring", p: int = 4, n: int = 8, file: IO[str] | None = sys.stdout) -> str:
-    """Print (to ``file``, unless None) and return the table of every transfer of an allreduce schedule.
+def explain(
+    algorithm: str | Callable[..., Any] = "ring",
+    p: int = 4,
+    n: int = 8,
+    file: IO[str] | None = sys.stdout,
+    collective: str = "allreduce",
+) -> str:
+    """Print (to ``file``, unless None) and return the table of every transfer of a schedule.
 
+    ``algorithm``: a name of SCHEDULES, or your own function with the signature the property-test
+    kit gives ``collective`` (collectives/kit/spec.py; an allreduce is ``fn(comm, x, f)``).
     One line per step: what each rank sends ("b3=x0+x1 -> 2": block 3, holding the sum of ranks 0
     and 1's contributions, to rank 2). Blocks are np.array_split's p blocks of the n elements.
+    A schedule that ends with a wrong result still gets its table, and a last line says which rank
+    holds what instead; one that deadlocks or raises is reported in that last line.
     """
-    if algorithm not in SCHEDULES:
+    if isinstance(algorithm, str) and algorithm not in SCHEDULES:
         raise ValueError(f"explain: unknown algorithm {algorithm!r}: expected one of {list(SCHEDULES)}")
+    schedule = SCHEDULES[algorithm] if isinstance(algorithm, str) else algorithm
+    name = algorithm if isinstance(algorithm, str) else getattr(algorithm, "__name__", "your")
+    if collective != "allreduce":
+        return _explain_other(schedule, name, collective, p, n, file)
     xs = rank_vectors(p, n)
-    schedule = SCHEDULES[algorithm]
-    res = simulate(p, lambda comm: schedule(comm, xs[comm.Get_rank()], np.add), record_data=True)
+    try:
+        res = simulate(p, lambda comm: schedule(comm, xs[comm.Get_rank()], np.add), record_data=True, timeout=20.0)
+    except Exception as exc:  # noqa: BLE001  (a user's schedule may fail in any way; the table says how)
+        return _emit(f"{name} allreduce, p = {p}, n = {n}: did not complete: {type(exc).__name__}: {exc}", file)
+    lines = _table(name, res.messages, p, n)
     expected = np.sum(xs, axis=0)
-    assert all(np.array_equal(out, expected) for out in res), "the schedule's result is not the sum"
+    wrong = [r for r, out in enumerate(res) if not (isinstance(out, np.ndarray) and np.array_equal(out, expected))]
+    if not wrong:
+        lines.append(f"afterwards every rank holds {'+'.join(f'x{r}' for r in range(p))} in every block")
+    for r in wrong[:4]:
+        got = res[r]
+        held = describe_message(Message(0, r, r, 0, 0, data=np.asarray(got).tobytes()), p, n).rsplit(" -> ", 1)[0]
+        lines.append(f"WRONG: rank {r} ends with {held}, not x0+...+x{p - 1} in every block")
+    return _emit("\n".join(lines), file)
+
+
+def _table(name: str, messages: list[Message], p: int, n: int) -> list[str]:
     cells: dict[int, dict[int, list[str]]] = {}
     phases: dict[int, str] = {}
-    for m in res.messages:
+    for m in messages:
         cells.setdefault(m.step, {}).setdefault(m.source, []).append(describe_message(m, p, n))
         phase = PHASES.get(m.tag, f"tag {m.tag}")
         if phase not in phases.get(m.step, ""):
@@ -106,7 +134,7 @@ def explain(algorithm: str = "ring", p: int = 4, n: int = 8, file: IO[str] | Non
     b = block_bounds(n, p)
     blocks = ", ".join(f"b{i} = {b[i]}:{b[i + 1]}" for i in range(p))
     lines = [
-        f"{algorithm} allreduce, p = {p}, n = {n}; x_r is rank r's vector; blocks (elements): {blocks}",
+        f"{name} allreduce, p = {p}, n = {n}; x_r is rank r's vector; blocks (elements): {blocks}",
         (
             f"{'step':>4}  {'phase':<15}" + "".join(f"{'rank ' + str(r) + ' sends':<{width + 2}}" for r in range(p))
         ).rstrip(),
@@ -117,8 +145,23 @@ def explain(algorithm: str = "ring", p: int = 4, n: int = 8, file: IO[str] | Non
             f"{step + 1:>4}  {phases[step]:<15}"
             + "".join(f"{'; '.join(row.get(r, ['-'])):<{width + 2}}" for r in range(p)).rstrip()
         )
-    lines.append(f"afterwards every rank holds {'+'.join(f'x{r}' for r in range(p))} in every block")
-    text = "\n".join(lines)
+    return lines
+
+
+def _explain_other(fn: Callable[..., Any], name: str, collective: str, p: int, n: int, file: IO[str] | None) -> str:
+    """Any other collective: the kit's step table ('0->1 x0[2:4]': elements 2..3 of rank 0's input)."""
+    from collectives.kit.cases import Case
+    from collectives.kit.report import step_table
+    from collectives.kit.spec import COLLECTIVES
+
+    if collective not in COLLECTIVES:
+        raise ValueError(f"explain: unknown collective {collective!r}: expected one of {list(COLLECTIVES)}")
+    op = "sum" if COLLECTIVES[collective].reduces else None
+    rows, _ = step_table(fn, Case(collective, p, n, "int64", op, values="traceable"))
+    return _emit("\n".join([f"{name} {collective}, p = {p}, n = {n}; x_r is rank r's input"] + rows), file)
+
+
+def _emit(text: str, file: IO[str] | None) -> str:
     if file is not None:
         print(text, file=file)
     return text

@@ -11,7 +11,7 @@ import collectives
 from collectives import cost
 from collectives.agreement import INLINE, STATUS, handshake, header
 from collectives.common import TAG_ALLGATHER, TAG_CHECK, TAG_EXCHANGE, TAG_HEADERS, TAG_REDUCE_SCATTER, block_bounds
-from collectives.simulated import traffic
+from collectives.inprocess import traffic
 from collectives.testing import SUPPORTED_KINDS, rank_data
 
 DTYPES = [

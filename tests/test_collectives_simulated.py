@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import collectives
-from collectives.simulated import ANY_SOURCE, ANY_TAG, Request, Status
+from collectives.inprocess import ANY_SOURCE, ANY_TAG, Request, Status
 
 
 def test_rank_size_and_results_in_rank_order():

@@ -114,7 +114,7 @@ def test_fusion_packs_into_fewer_allreduces():
         out = collectives.simulate(2, rank_fn, fusion_bytes)
         assert out[0] == buckets
         # ring allreduce on 2 ranks: 2 messages per rank per bucket (reduce-scatter + allgather)
-        sent = collectives.simulated.traffic(out.messages, 2, exclude_tags=[TAG_CHECK])[0]
+        sent = collectives.traffic(out.messages, 2, exclude_tags=[TAG_CHECK])[0]
         assert sent == [2 * buckets] * 2, (fusion_bytes, sent)
 
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import collectives
-from collectives.hierarchical import hierarchical_allreduce
+from collectives.algorithms.hierarchical import hierarchical_allreduce
 
 
 @settings(max_examples=12, deadline=None)

@@ -1,4 +1,4 @@
-"""The autograd core's import graph: the only circle is tensor <-> ops, and Tensor declares its interface.
+"""The import graph of minidl and collectives: the only circle is tensor <-> ops, and Tensor declares its interface.
 
 Imports are read from the source (module level and inside functions; ``if TYPE_CHECKING:`` blocks are type
 hints, not imports at run time, and are left out).
@@ -10,9 +10,11 @@ import pathlib
 
 import numpy as np
 
+import collectives
 import minidl
 
 ROOT = pathlib.Path(minidl.__file__).parent
+PACKAGES = (ROOT, pathlib.Path(collectives.__file__).parent)  # both under the repository root
 CORE = ("minidl.tensor", "minidl.autograd", "minidl.saved", "minidl.creation", "minidl.gradcheck")
 
 
@@ -37,11 +39,11 @@ def _imports(path: pathlib.Path, modules: set[str] = frozenset()) -> set[str]:
             for a in node.names:  # `from minidl import ops` imports the module minidl.ops
                 sub = f"{node.module}.{a.name}"
                 found.add(sub if sub in modules else node.module)
-    return {m for m in found if m.startswith("minidl")}
+    return {m for m in found if m.split(".")[0] in ("minidl", "collectives")}
 
 
 def _graph() -> dict[str, set[str]]:
-    files = {_module_name(p): p for p in ROOT.rglob("*.py")}
+    files = {_module_name(p): p for package in PACKAGES for p in package.rglob("*.py")}
     return {name: {m for m in _imports(p, set(files)) if m in files and m != name} for name, p in files.items()}
 
 
@@ -70,6 +72,18 @@ def test_only_circle_through_the_core_is_tensor_and_ops():
             if _reaches(graph, dep, name):  # a circle through name -> dep
                 pair = {_group(name), _group(dep)}
                 assert pair <= {"minidl.tensor", "minidl.ops"}, f"import circle {name} -> {dep} -> ... -> {name}"
+
+
+def test_no_import_circle_but_tensor_and_ops():
+    """Every module of minidl and collectives: a circle through two modules is tensor <-> ops, or none."""
+    graph = _graph()
+    circles = sorted(
+        f"{name} -> {dep} -> ... -> {name}"
+        for name in graph
+        for dep in graph[name]
+        if _reaches(graph, dep, name) and not {_group(name), _group(dep)} <= {"minidl.tensor", "minidl.ops"}
+    )
+    assert not circles, "import circles:\n" + "\n".join(circles)
 
 
 def test_autograd_never_imports_tensor_at_run_time():

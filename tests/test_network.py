@@ -1,4 +1,4 @@
-"""Links, topologies, presets and max-min fair contention (collectives/network.py, topology.py, flows.py)."""
+"""Links, topologies, presets and max-min fair contention (collectives/virtual_time/network.py, topology.py, flows.py)."""
 
 import numpy as np
 import pytest
@@ -6,11 +6,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collectives import cost
-from collectives.flows import max_min_rates
-from collectives.network import LINKS, Cluster, get_network, known_networks
-from collectives.replay import allreduce_time, replay
-from collectives.topology import Torus, balanced_dims, make_topology
-from collectives.trace import Event, trace
+from collectives.virtual_time.flows import max_min_rates
+from collectives.virtual_time.network import LINKS, Cluster, get_network, known_networks
+from collectives.virtual_time.replay import allreduce_time, replay
+from collectives.virtual_time.topology import Torus, balanced_dims, make_topology
+from collectives.virtual_time.trace import Event, trace
 
 
 def close(a, b, rel=1e-9):
@@ -130,7 +130,7 @@ def test_names_and_bad_input():
 # -- calibration: measured here, saved as JSON, loaded by the simulator --------------------------
 def test_calibrate_round_trips_through_json(tmp_path):
     import collectives
-    from collectives import calibrate
+    from collectives.virtual_time import calibrate
 
     out = tmp_path / "calibration.json"
     results = collectives.simulate(
@@ -151,7 +151,7 @@ def test_load_params_refuses_bad_files(tmp_path):
     with pytest.raises(ValueError, match="not a calibration file"):
         cost.load_params(str(bad))
     with pytest.raises(SystemExit):
-        from collectives import calibrate
+        from collectives.virtual_time import calibrate
 
         calibrate.parse_args(["--repeats", "0"])
 

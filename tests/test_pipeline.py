@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 
 import collectives
 import minidl.nn.functional as F
-from collectives.simulated import Status
+from collectives.inprocess import Status
 from minidl import nn
 from minidl.distributed.pipeline.engine import Pipeline, make_grid, split_sequential
 from minidl.distributed.pipeline.schedule import (

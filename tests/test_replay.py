@@ -1,4 +1,4 @@
-"""The virtual-time replay (collectives/replay.py): closed forms on crossbar, MPI's matching, deadlocks."""
+"""The virtual-time replay (collectives/virtual_time/replay.py): closed forms on crossbar, MPI's matching, deadlocks."""
 
 import numpy as np
 import pytest
@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 
 import collectives
 from collectives import cost
-from collectives.replay import DeadlockError, allreduce_time, replay
-from collectives.trace import Event, trace
+from collectives.virtual_time.replay import DeadlockError, allreduce_time, replay
+from collectives.virtual_time.trace import Event, trace
 
 params_st = st.builds(
     cost.CostParams,
@@ -119,7 +119,7 @@ def test_bad_input():
         allreduce_time("ring", 0, 64)
 
 
-# -- the vectorized rounds engine (collectives/rounds.py) against the event engine -------------------
+# -- the vectorized rounds engine (collectives/virtual_time/rounds.py) against the event engine -------------------
 NETWORKS = [
     ("crossbar", {}),
     ("10gbe", {}),
@@ -139,9 +139,9 @@ NETWORKS = [
 def test_both_engines_agree_where_both_run(algorithm, p, count, net):
     """Exact on crossbar for every size; with shared links, exact when a round's messages are equal (they then
     start and end together, so the rounds engine's one sharing per round is the event engine's)."""
-    from collectives.network import get_network
-    from collectives.rounds import NotLockstep, replay_rounds, schedule_from_traces
-    from collectives.trace import trace_rows
+    from collectives.virtual_time.network import get_network
+    from collectives.virtual_time.rounds import NotLockstep, replay_rounds, schedule_from_traces
+    from collectives.virtual_time.trace import trace_rows
 
     name, options = NETWORKS[net]
     if name != "crossbar":
@@ -161,8 +161,8 @@ def test_both_engines_agree_where_both_run(algorithm, p, count, net):
 @pytest.mark.parametrize("p", [2, 4, 8, 16, 32])
 def test_rank_0_relabelled_is_every_rank(algorithm, p):
     """symmetric_schedule builds the ranks' rounds from rank 0's trace: the same as tracing every rank."""
-    from collectives.rounds import schedule_from_traces, symmetric_schedule
-    from collectives.trace import trace_rows
+    from collectives.virtual_time.rounds import schedule_from_traces, symmetric_schedule
+    from collectives.virtual_time.trace import trace_rows
 
     full = schedule_from_traces(trace_rows(algorithm, p, 4 * 64 * p))
     sym = symmetric_schedule(algorithm, p, 4 * 64 * p)
@@ -174,7 +174,7 @@ def test_rank_0_relabelled_is_every_rank(algorithm, p):
 
 
 def test_rounds_engine_refuses_what_is_not_lockstep():
-    from collectives.rounds import NotLockstep, symmetric_schedule
+    from collectives.virtual_time.rounds import NotLockstep, symmetric_schedule
 
     assert symmetric_schedule("tree", 8, 64) is None and symmetric_schedule("ring", 6, 4 * 7) is None  # 7 / 6: unequal
     with pytest.raises(NotLockstep, match="not lockstep"):

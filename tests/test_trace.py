@@ -1,4 +1,4 @@
-"""Traces of the real collective code (collectives/trace.py) against the messages of a real simulated run."""
+"""Traces of the real collective code (collectives/virtual_time/trace.py) against the messages of a real simulated run."""
 
 import numpy as np
 import pytest
@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 import collectives
 from collectives import cost
-from collectives.trace import CHECK_TAGS, TraceComm, calls, check_memory, trace, trace_function
+from collectives.virtual_time.trace import CHECK_TAGS, TraceComm, calls, check_memory, trace, trace_function
 
 ALLREDUCE = cost.ALGORITHMS
 BLOCKS = [name for name in calls() if name not in (*ALLREDUCE, "auto")]

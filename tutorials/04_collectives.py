@@ -40,7 +40,7 @@ import numpy as np
 import collectives
 from collectives import cost
 from collectives.common import TAG_CHECK
-from collectives.simulated import traffic
+from collectives.inprocess import traffic
 from minidl import tutorial
 
 QUICK = tutorial.quick()  # --quick or MINIDL_QUICK=1 (how a notebook is told)
@@ -191,7 +191,7 @@ print("ring bytes per rank / vector bytes:", [b / (24 * 4) for b in nbytes], " 2
 # in it.) Read a column down to follow one rank; follow "b0" across the rows to watch block 0 go
 # round the ring, gaining one contribution a step, until rank 0 holds it complete after step 3 and
 # the allgather passes it on. The same table is the worked example at the top of
-# `collectives/ring.py`, and a test holds the two together.
+# `collectives/algorithms/ring.py`, and a test holds the two together.
 
 # %%
 table = collectives.explain("ring", p=4, n=8)

@@ -86,7 +86,7 @@ params = cost.get_params()
 if MPIEXEC and not QUICK:
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "calib.json")
-        cmd = [MPIEXEC, "-n", "2", sys.executable, "-m", "collectives.calibrate", "--out", path]
+        cmd = [MPIEXEC, "-n", "2", sys.executable, "-m", "collectives.virtual_time.calibrate", "--out", path]
         subprocess.run(cmd, check=True, capture_output=True, env=child_env(), timeout=600)
         params = cost.load_params(path)
 print(

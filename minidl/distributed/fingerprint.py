@@ -15,11 +15,11 @@ So the schemes compare, once before their first exchange, a *layout*: a table of
     group 0 lr       0.1
     group 0 momentum 0.9
 
-``check_layout(comm, rows, what, settings)`` hashes the table to 64 bits (BLAKE2b) and allgathers
-the hash with the scheme's integer ``settings`` in one round of recursive doubling (the
-collectives' agreement-check tag): about log2 p messages of a few dozen bytes. Only if some hash
-differs are the full tables gathered, and every rank raises the same ``MismatchError`` naming the
-first row that differs and which ranks brought what.
+``check_layout(comm, rows, what, settings)`` hashes the table to 64 bits (BLAKE2b) and compares
+the hash and the scheme's integer ``settings`` in one agreement handshake named ``what`` (the
+collectives' own first round, so a rank in another collective meets it): about log2 p messages of
+about a hundred bytes. Only if some hash differs are the full tables gathered, and every rank raises
+the same ``MismatchError`` naming the first row that differs and which ranks brought what.
 """
 
 from __future__ import annotations
@@ -83,17 +83,28 @@ def check_layout(
 
     ``settings``: (name, integer code, decode(code) -> text) for scalar settings that must agree
     (an allreduce algorithm, a fusion size, ...); they travel beside the digest in the same round.
+    The round is the collectives' agreement handshake, named ``what``: a rank that is in another
+    collective meanwhile (the next step of a rank that did not call this, say) meets it there, and
+    every rank raises naming both calls. It carries [codes, ~codes] reduced by max, which gives every
+    rank max(codes) and ~min(codes) (as agreement.agree_on_counts does); only if they differ is the
+    table of every rank's codes gathered, to say who brought what.
     """
     if comm.Get_size() == 1:
         return
     from collectives import MismatchError
-    from collectives.common import TAG_CHECK
-    from collectives.fold import allgather_blocks
+    from collectives.agreement import handshake, header_bytes, raise_unless_agreed
+    from collectives.algorithms.fold import allgather_blocks
+    from collectives.common import TAG_HEADERS
 
-    codes = [code for _, code, _ in settings] + [digest(rows)]
+    codes = np.array([code for _, code, _ in settings] + [digest(rows)], dtype=np.int64)
+    head = header_bytes(None, None, "", what if len(what) <= 32 else what.rsplit(".", 1)[-1][:32])
+    both, agreed = handshake(comm, head, np.concatenate([codes, ~codes]), np.maximum)
+    raise_unless_agreed(comm, head, agreed)
+    if np.array_equal(both[: len(codes)], ~both[len(codes) :]):
+        return
     table = np.zeros((comm.Get_size(), len(codes)), dtype=np.int64)
     table[comm.Get_rank()] = codes
-    allgather_blocks(comm, table.reshape(-1), len(codes), tag=TAG_CHECK)
+    allgather_blocks(comm, table.reshape(-1), len(codes), tag=TAG_HEADERS)
     differ = [i for i in range(len(settings)) if (table[:, i] != table[0, i]).any()]
     if differ:
         per_rank = "; ".join(

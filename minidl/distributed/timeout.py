@@ -266,7 +266,7 @@ def _wildcards(comm: Any) -> tuple[int, int]:
     MPI = sys.modules.get("mpi4py.MPI")  # an mpi4py communicator means mpi4py.MPI is loaded; never load it here
     if MPI is not None and isinstance(comm, MPI.Comm):
         return MPI.ANY_SOURCE, MPI.ANY_TAG
-    from collectives.simulated import ANY_SOURCE, ANY_TAG
+    from collectives.inprocess import ANY_SOURCE, ANY_TAG
 
     return ANY_SOURCE, ANY_TAG
 

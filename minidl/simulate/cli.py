@@ -19,7 +19,7 @@ import sys
 from typing import Any
 
 from collectives.cost import get_params, load_params
-from collectives.network import known_networks
+from collectives.virtual_time.network import known_networks
 from minidl.simulate.network import ALGORITHMS, allreduce_time
 from minidl.simulate.node import NodeSpec
 from minidl.simulate.profile import Profile, described

@@ -1,7 +1,7 @@
 """A bug across communicators: a rank number of one communicator used on another.
 
 The kit's allreduce signature: ``fn(comm, x, f)``. The function below is a two-level allreduce of
-the kind written for clusters of multi-core nodes (collectives/hierarchical.py): reduce within
+the kind written for clusters of multi-core nodes (collectives/algorithms/hierarchical.py): reduce within
 pairs of ranks, allreduce among the pairs' leaders, broadcast within the pairs.
 """
 

@@ -1,4 +1,4 @@
-"""Allreduce bugs from recursive doubling (collectives/recursive_doubling.py): which ranks meet, in what order.
+"""Allreduce bugs from recursive doubling (collectives/algorithms/recursive_doubling.py): which ranks meet, in what order.
 
 The kit's allreduce signature: ``fn(comm, x, f)`` returns a new flat array, f over every rank's x,
 with the same bits on every rank. Each function is right except for the mistake its docstring names.
@@ -15,7 +15,7 @@ from collectives.common import TAG_EXCHANGE, Op, combine
 
 
 def powers_of_two_only(comm: Any, x: np.ndarray, f: Op) -> np.ndarray:
-    """Correct only for powers of two: recursive doubling without MPICH's fold (collectives/fold.py).
+    """Correct only for powers of two: recursive doubling without MPICH's fold (collectives/algorithms/fold.py).
 
     A partner r XOR 2^k past the last rank is simply skipped. At p = 3 rank 1's second partner would
     be rank 3, so rank 1 ends with x0 + x1 while ranks 0 and 2 hold the whole sum.

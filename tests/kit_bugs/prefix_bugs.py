@@ -1,4 +1,4 @@
-"""Scan and exscan bugs (collectives/prefix.py): which ranks a prefix covers.
+"""Scan and exscan bugs (collectives/algorithms/prefix.py): which ranks a prefix covers.
 
 Signatures: scan ``fn(comm, x, f)`` returns f over ranks 0..r on rank r; exscan ``fn(comm, x, f)``
 returns f over ranks 0..r-1 (rank 0: None). Both are written on one chain of ranks, the obvious

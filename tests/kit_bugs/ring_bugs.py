@@ -1,4 +1,4 @@
-"""Allreduce bugs made from the ring (collectives/ring.py): each function is ring.allreduce with one mistake.
+"""Allreduce bugs made from the ring (collectives/algorithms/ring.py): each function is ring.allreduce with one mistake.
 
 The kit's allreduce signature: ``fn(comm, x, f)`` returns a new flat array holding f over every
 rank's flat ``x``; x is read only. Every function here is right except for the one mistake its

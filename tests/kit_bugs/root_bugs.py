@@ -1,4 +1,4 @@
-"""Bugs of the rooted collectives and the tree (collectives/tree.py): reduce, broadcast, and a tree allreduce.
+"""Bugs of the rooted collectives and the tree (collectives/algorithms/tree.py): reduce, broadcast, and a tree allreduce.
 
 Signatures: reduce ``fn(comm, x, f, root)`` returns the reduction on the root and None elsewhere;
 broadcast ``fn(comm, buf, root)`` fills every rank's buf with the root's and leaves the root's as it

@@ -1,10 +1,11 @@
-"""python -m collectives.calibrate under mpiexec: every rank gets the same numbers, rank 0's JSON loads back."""
+"""python -m collectives.virtual_time.calibrate under mpiexec: every rank gets the same numbers, rank 0's JSON loads back."""
 
 import os
 
 import numpy as np
 
-from collectives import calibrate, cost
+from collectives import cost
+from collectives.virtual_time import calibrate
 
 
 def test_calibrate_saves_what_it_measured(comm, tmp_path):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from collectives.hierarchical import hierarchical_allreduce
+from collectives.algorithms.hierarchical import hierarchical_allreduce
 
 COMM = MPI.COMM_WORLD
 

@@ -53,7 +53,7 @@ def exchange_rows(p: Tensor, comm: Any, scale: float, dense: Any) -> None:
     not be cheaper. Every rank must call this for the same parameter at the same point.
     """
     import collectives
-    from collectives.ring import allgather_into
+    from collectives.algorithms.ring import allgather_into
 
     g = p.grad
     if g is not None and (not g.flags.c_contiguous or not g.flags.writeable or g.dtype != p.data.dtype):

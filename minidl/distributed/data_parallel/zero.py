@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 
 import collectives
-from collectives import ring
+from collectives.algorithms import ring
 from collectives.common import block_bounds
 from minidl.distributed.comm import get_comm
 from minidl.distributed.data_parallel.fusion import Bucket, pack, plan_buckets

@@ -68,7 +68,7 @@ def _new_status(comm: Any) -> Any:
         MPI = None
     if MPI is not None and isinstance(comm, MPI.Comm):
         return MPI.Status()
-    from collectives.simulated import Status
+    from collectives.inprocess import Status
 
     return Status()
 

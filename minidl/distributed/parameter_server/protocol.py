@@ -220,11 +220,11 @@ class Message:
 
 def mpi_names(comm: Any) -> tuple[Any, int]:
     """A fresh ``Status`` and the ``ANY_SOURCE`` value of ``comm``'s kind (simulated or mpi4py)."""
-    from collectives import simulated
+    from collectives import inprocess
 
     base = base_comm(comm)  # see through a CountingComm or a TimeoutComm
-    if isinstance(base, simulated.SimulatedComm):
-        return simulated.Status(), simulated.ANY_SOURCE
+    if isinstance(base, inprocess.SimulatedComm):
+        return inprocess.Status(), inprocess.ANY_SOURCE
     from mpi4py import MPI
 
     return MPI.Status(), MPI.ANY_SOURCE

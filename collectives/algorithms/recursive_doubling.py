@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from collectives.algorithms.fold import fold_in, fold_of, fold_out
 from collectives.common import TAG_EXCHANGE, Op, combine
-from collectives.fold import fold_in, fold_of, fold_out
 
 
 def allreduce(comm: Any, x: np.ndarray, f: Op = np.add) -> np.ndarray:

@@ -1,6 +1,6 @@
 """Measure this machine's alpha, beta and gamma and save them for the simulator.
 
-    mpiexec -n 2 python -m collectives.calibrate --out calibration.json
+    mpiexec -n 2 python -m collectives.virtual_time.calibrate --out calibration.json
     python -c "import collectives; from collectives import cost; \\
         print(collectives.allreduce_time('ring', 64, 1 << 20, params=cost.load_params('calibration.json')))"
 
@@ -22,7 +22,9 @@ from collectives.bench import parse_size
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m collectives.calibrate", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m collectives.virtual_time.calibrate", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--out", default=None, help="JSON file to write (default: print only)")
     parser.add_argument("--large", default="16M", help="long message size for beta and gamma (default 16M)")
     parser.add_argument("--repeats", type=int, default=10, help="batches per measurement (median; default 10)")

@@ -37,9 +37,15 @@ from typing import Any
 import numpy as np
 
 from collectives.cost import CostParams, get_params
-from collectives.network import Fabric, Network, get_network
-from collectives.rounds import NotLockstep, Schedule, replay_rounds, schedule_from_traces, symmetric_schedule
-from collectives.trace import CALLS, ISEND, RECV, REDUCE, SEND, SENDRECV, WAIT, Row, trace_rows
+from collectives.virtual_time.network import Fabric, Network, get_network
+from collectives.virtual_time.rounds import (
+    NotLockstep,
+    Schedule,
+    replay_rounds,
+    schedule_from_traces,
+    symmetric_schedule,
+)
+from collectives.virtual_time.trace import CALLS, ISEND, RECV, REDUCE, SEND, SENDRECV, WAIT, Row, trace_rows
 
 
 class DeadlockError(RuntimeError):
@@ -81,7 +87,7 @@ class _Engine:
         self.heap: list = []
         self.seq = 0
         self.messages = 0
-        from collectives.flows import Flows  # contention: max-min fair sharing of the links
+        from collectives.virtual_time.flows import Flows  # contention: max-min fair sharing of the links
 
         self.flows = Flows(fabric) if fabric.contention else None
 
@@ -294,7 +300,7 @@ def _named_time(algorithm, p, nbytes, network, params, dtype, check, engine, opt
 
 def _time(algorithm, p, nbytes, network, params, dtype, check, engine, options) -> float:
     """allreduce_time after its arguments are checked (see there)."""
-    from collectives.dispatch import choose_algorithm
+    from collectives.auto import choose_algorithm
 
     if algorithm == "auto":
         algorithm = choose_algorithm(int(p), int(nbytes), params)[0]

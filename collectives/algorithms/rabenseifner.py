@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from collectives.algorithms.fold import Fold, doubling_allgather, fold_in, fold_of, fold_out
 from collectives.common import TAG_FOLD, TAG_REDUCE_SCATTER, Op, block_bounds
-from collectives.fold import Fold, doubling_allgather, fold_in, fold_of, fold_out
 
 
 def halving_into(comm: Any, mine: np.ndarray, acc: np.ndarray, f: Op, seg: list[int], fold: Fold) -> None:

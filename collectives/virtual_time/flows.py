@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from collectives.network import Fabric, Path
+from collectives.virtual_time.network import Fabric, Path
 
 TOLERANCE = 1e-9  # relative: a flow with less than this part of its bytes left has ended
 

@@ -33,7 +33,7 @@ import numpy as np
 
 from collectives.common import TAG_CHECK, TAG_HEADERS
 
-ANY_SOURCE, ANY_TAG = -2, -1  # MPICH's values, as in simulated.py
+ANY_SOURCE, ANY_TAG = -2, -1  # MPICH's values, as in inprocess.py
 CHECK_TAGS = (TAG_CHECK, TAG_HEADERS)  # the agreement check's messages
 
 
@@ -222,18 +222,18 @@ class TraceComm:
 # -- what can be traced --------------------------------------------------------------------------
 def _allreduce(algorithm: str) -> Callable:
     def call(comm: TraceComm, x: np.ndarray, op: CountingOp, check: bool) -> Any:
-        import collectives
+        from collectives import dispatch
 
-        return collectives.allreduce(comm, x, op, algorithm=algorithm, check=check)  # type: ignore[arg-type]
+        return dispatch.allreduce(comm, x, op, algorithm=algorithm, check=check)  # type: ignore[arg-type]
 
     return call
 
 
 def _block(name: str, algorithm: str | None) -> Callable:
     def call(comm: TraceComm, x: np.ndarray, op: CountingOp, check: bool) -> Any:
-        import collectives
+        from collectives import dispatch
 
-        fn = getattr(collectives, name)
+        fn = getattr(dispatch, name)
         if name == "reduce_scatter":
             return fn(comm, x, op, algorithm=algorithm)
         if name in ("allgather", "alltoall"):

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from collectives.cost import CostParams, get_params
-from collectives.topology import TOPOLOGIES, make_topology
+from collectives.virtual_time.topology import TOPOLOGIES, make_topology
 
 
 @dataclass(frozen=True)

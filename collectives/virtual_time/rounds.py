@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from collectives.flows import max_min_rates
-from collectives.network import Fabric
-from collectives.trace import CALLS, REDUCE, SENDRECV, Row, trace_rows
+from collectives.virtual_time.flows import max_min_rates
+from collectives.virtual_time.network import Fabric
+from collectives.virtual_time.trace import CALLS, REDUCE, SENDRECV, Row, trace_rows
 
 
 class NotLockstep(ValueError):
