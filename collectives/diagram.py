@@ -143,6 +143,8 @@ def _place_labels(ax: Any, messages: Sequence[Message], texts: list[str], inch: 
     placed: list[tuple[float, float, float]] = []  # centre x, y (inches) and half width
     half_h = _FONT * 1.3 / 72 / 2
     for m, text in zip(messages, texts):
+        if not text:
+            continue
         x1 = _arrival(m)
         half_w = _width(text) / 2
         best, fewest = (0.0, 0.0), len(placed) + 1
