@@ -14,7 +14,12 @@ launcher starts it again from its newest checkpoint with the ranks that can be h
 - the restart resumes from the newest scheduled checkpoint beside the command's ``--save`` (it gets
   ``--resume FILE``; ``minidl.train`` keeps the global batch at the new size, so the data order goes on);
 - one line per restart says what happened; after ``--max-restarts`` restarts it gives up with the last error.
-  A command that exits with status 2 (bad input) is not restarted: running it again cannot help.
+  A command that exits with status 2 (bad input) is not restarted: running it again cannot help. A rank killed
+  by a signal is named: "rank 1 killed by signal 9 (SIGKILL)" (its pid, from mpiexec's report, mapped to its rank);
+- a damaged newest checkpoint (cut short, a disk error) is named and passed over for the one before it;
+- SIGTERM or SIGINT to the launcher (a batch system's scancel, a ``timeout``) is passed on to mpiexec, which ends
+  its ranks; the launcher waits for them (killing the job's process group after GRACE seconds) and exits with
+  128 + the signal's number, without a restart.
 
 A parameter server (``--parallel ps``, which keeps no checkpoints) is not restarted this way: it outlives a
 lost worker within the job instead, run under ``mpiexec -disable-auto-cleanup`` (MPICH) without this launcher
@@ -29,18 +34,30 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
+from typing import IO, Any
 
 from minidl.distributed import checkpoint_schedule as checkpoints
 
 PROG = "python -m minidl.launch"
 SCHEDULE_FIELDS = ("batch_size", "epochs", "lr", "lr_decay", "decay_after", "warmup_epochs", "max_grad_norm")
+FORWARDED = (signal.SIGTERM, signal.SIGINT)  # passed on to mpiexec, which ends its ranks
+GRACE = 10.0  # seconds mpiexec has to end its ranks after a signal passed on, before its group is killed
+RANK_VARIABLES = (b"PMI_RANK", b"PMIX_RANK", b"OMPI_COMM_WORLD_RANK", b"SLURM_PROCID")
+# MPICH's (hydra's) report of a dead rank: "PID 765 RUNNING AT host", "EXIT CODE: 9", "... Killed (signal 9)"
+BAD_TERMINATION = re.compile(r"PID (\d+) RUNNING AT (\S+)")
+EXIT_CODE = re.compile(r"EXIT CODE: (\d+)")
+SIGNALLED = re.compile(r"EXIT STRING: .*\(signal (\d+)\)")
 
 
 class LaunchError(Exception):
@@ -49,13 +66,20 @@ class LaunchError(Exception):
 
 def parse(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     argv = list(argv)
-    if "--" not in argv:
-        raise LaunchError("give the command after --, e.g. -n 2 -- python -m minidl.train lm --parallel data")
-    cut = argv.index("--")
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        usage=f"{PROG} -n P [--min-ranks M] [--max-restarts K] -- COMMAND",
+        description=__doc__.split("\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("-n", type=int, required=True, help="ranks to start with")
     parser.add_argument("--min-ranks", type=int, help="restart with no fewer than M ranks (default: -n)")
     parser.add_argument("--max-restarts", type=int, default=3, help="give up after K restarts (default 3)")
+    cut = argv.index("--") if "--" in argv else len(argv)
+    if {"-h", "--help"} & set(argv[:cut]):
+        parser.parse_args(["--help"])  # prints the help and exits 0
+    if "--" not in argv:
+        raise LaunchError("give the command after --, e.g. -n 2 -- python -m minidl.train lm --parallel data")
     args = parser.parse_args(argv[:cut])
     command = argv[cut + 1 :]
     args.min_ranks = args.n if args.min_ranks is None else args.min_ranks
@@ -122,7 +146,10 @@ def check_model(command: Sequence[str], checkpoint: str) -> None:
         return
     from minidl.serialization import load
 
-    saved = load(checkpoint).get("state", {})
+    try:
+        saved = load(checkpoint).get("state", {})
+    except (ValueError, OSError) as e:
+        raise LaunchError(f"cannot resume from {checkpoint}: {e}") from None
     done = subprocess.run([*command, "--print-config"], capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise LaunchError(f"the command fails before it starts: {done.stderr.strip().splitlines()[-1:]}")
@@ -136,42 +163,163 @@ def check_model(command: Sequence[str], checkpoint: str) -> None:
             )
 
 
-def attempt(command: list[str]) -> tuple[int, str]:
-    """Run ``command`` (its output passed through); returns its exit status and the last lines of its stderr."""
-    proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+class Interrupted(Exception):
+    """The launcher got SIGTERM or SIGINT: it passed the signal on to the job, which has ended."""
+
+    def __init__(self, signum: int, code: int):
+        super().__init__(signum, code)
+        self.signum, self.code = signum, code
+
+
+def attempt(command: list[str], ranks: int = 0) -> tuple[int, str]:
+    """Run ``command`` (its output passed through); returns its exit status and its most telling line.
+
+    mpiexec runs in a session of its own; SIGTERM or SIGINT to the launcher is passed on to it (mpiexec ends
+    its ranks) and, should it outlive GRACE seconds, its whole process group is killed: then ``Interrupted``.
+    """
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     tail: collections.deque[str] = collections.deque(maxlen=40)
+    pids: dict[int, int] = {}  # pid -> rank, of the ranks seen running
+    threads = [
+        threading.Thread(target=_pump, args=(stream, out, tail), daemon=True)
+        for stream, out in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr))
+    ]
+    threads.append(threading.Thread(target=_watch_ranks, args=(proc, ranks, pids), daemon=True))
+    for thread in threads:
+        thread.start()
+    with _signals_passed_to(proc) as got:
+        code = _reap(proc, got)
+    for thread in threads[:2]:
+        thread.join()
+    if got:
+        raise Interrupted(got[0], code)
+    return code, last_error(tail, pids, code)
 
-    def pump() -> None:
-        for line in proc.stderr:  # type: ignore[union-attr]
-            sys.stderr.write(line)
-            tail.append(line.rstrip())
 
-    reader = threading.Thread(target=pump, daemon=True)
-    reader.start()
-    code = proc.wait()
-    reader.join()
-    return code, last_error(tail)
+def _pump(stream: IO[str], out: IO[str], tail: collections.deque[str]) -> None:
+    for line in stream:
+        out.write(line)
+        out.flush()
+        tail.append(line.rstrip())
 
 
-def last_error(lines: Sequence[str]) -> str:
-    """The most telling line of a failed attempt's stderr (the exception, the dead rank), else its last line."""
+@contextlib.contextmanager
+def _signals_passed_to(proc: subprocess.Popen) -> Iterator[list[int]]:
+    """While inside: SIGTERM and SIGINT to this process are sent on to ``proc`` (and listed in the list yielded)."""
+    got: list[int] = []
+
+    def forward(signum: int, frame: Any) -> None:
+        got.append(signum)
+        if proc.poll() is None:
+            proc.send_signal(signum)
+
+    if threading.current_thread() is not threading.main_thread():  # handlers can be set only there
+        yield got
+        return
+    before = {signum: signal.signal(signum, forward) for signum in FORWARDED}
+    try:
+        yield got
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+
+
+def _reap(proc: subprocess.Popen, got: list[int]) -> int:
+    """Wait for ``proc``; once a signal was passed on, give it GRACE seconds, then kill its process group."""
+    deadline = None
+    while True:
+        try:
+            return proc.wait(timeout=0.2)
+        except subprocess.TimeoutExpired:
+            if got and deadline is None:
+                deadline = time.monotonic() + GRACE
+            if deadline is not None and time.monotonic() > deadline:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _watch_ranks(proc: subprocess.Popen, ranks: int, pids: dict[int, int]) -> None:
+    """Fill ``pids`` (pid -> MPI rank) with the job's ranks while it runs, until all ``ranks`` are seen."""
+    while proc.poll() is None and len(set(pids.values())) < ranks:
+        pids.update(rank_pids(proc.pid))
+        time.sleep(0.25)
+
+
+def rank_pids(root: int) -> dict[int, int]:
+    """pid -> rank of the descendants of process ``root`` that carry an MPI rank in their environment (PMI_RANK
+    under MPICH's mpiexec; Linux's /proc; {} elsewhere). mpiexec's report of a dead rank names only its pid."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = {}, list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        todo += children.get(pid, [])
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = dict(v.partition(b"=")[::2] for v in f.read().split(b"\0"))
+        except OSError:
+            continue
+        rank = next((env[v] for v in RANK_VARIABLES if v in env), None)
+        if rank is not None and rank.isdigit():
+            found[pid] = int(rank)
+    return found
+
+
+def last_error(lines: Sequence[str], pids: dict[int, int] | None = None, code: int = 1) -> str:
+    """The most telling line of a failed attempt: a rank killed by a signal (from mpiexec's report of a bad
+    termination, the rank found by its pid), else the exception or the dead rank's line, else the last line."""
+    text = "\n".join(lines)
+    dead, signalled = BAD_TERMINATION.search(text), SIGNALLED.search(text)
+    who = None
+    if dead:
+        pid = int(dead.group(1))
+        who = f"rank {pids[pid]}" if pids and pid in pids else f"a rank (pid {pid} on {dead.group(2)})"
+    if who and signalled:
+        return f"{who} killed by signal {signalled.group(1)} ({signal_name(int(signalled.group(1)))})"
     for line in reversed(lines):
         if any(key in line for key in ("Error", "error:", "--inject-failure", "Exception")):
             return line.strip()
-    return lines[-1].strip() if lines else "(no output)"
+    if who:
+        exited = EXIT_CODE.search(text)
+        return f"{who} exited with status {exited.group(1) if exited else '?'}"
+    if code < 0:
+        return f"mpiexec killed by signal {-code} ({signal_name(-code)})"
+    return lines[-1].strip() if lines else f"(no output; exit status {code})"
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
 
 
 def run(args: argparse.Namespace, command: list[str]) -> int:
     save = check_save(command)
     given = flag_value(command, "--resume")
-    for path in (given, checkpoints.latest(save) if save else None):
+    for path in (given, newest_intact(save) if save else None):
         if path and os.path.isfile(path):
             check_model(command, path)
     if save and os.path.exists(checkpoints.failure_marker(save)):
         os.remove(checkpoints.failure_marker(save))  # a new job: --inject-failure may fire once again
     ranks, restarts, current = args.n, 0, list(command)
     while True:
-        code, error = attempt([*launcher(ranks), *current])
+        try:
+            code, error = attempt([*launcher(ranks), *current], ranks)
+        except Interrupted as e:
+            name = signal_name(e.signum)
+            print(
+                f"{PROG}: got {name}: passed it to the job, which ended (status {e.code}); not restarting", flush=True
+            )
+            return 128 + e.signum
         if code == 0:
             print(f"{PROG}: done after {restarts} restart{'s' * (restarts != 1)} ({ranks} ranks)", flush=True)
             return 0
@@ -180,12 +328,28 @@ def run(args: argparse.Namespace, command: list[str]) -> int:
             return 2
         if restarts == args.max_restarts:
             print(f"{PROG}: giving up after {restarts} restarts; last error: {error}", file=sys.stderr)
-            return code or 1
+            return code if code > 0 else 1
         restarts, ranks = restarts + 1, max(ranks - 1, args.min_ranks)
-        latest = checkpoints.latest(save) if save else None
+        latest = newest_intact(save) if save else None
         current = with_resume(command, latest) if latest else list(command)
         where = f"from {latest}" if latest else "from the start (no checkpoint yet)"
         print(f"{PROG}: restart {restarts}/{args.max_restarts} on {ranks} ranks {where}; failed: {error}", flush=True)
+
+
+def newest_intact(save: str) -> str | None:
+    """The newest scheduled checkpoint beside ``save`` that loads (None if none does). A damaged one (a copy cut
+    short, a disk error) is named and passed over for the one before it; stale half-written files are removed."""
+    from minidl.serialization import load
+
+    checkpoints.prune_temporaries(save)
+    for _, path in reversed(checkpoints.scheduled(save)):
+        try:
+            load(path)
+        except (ValueError, OSError) as e:  # CheckpointError is a ValueError
+            print(f"{PROG}: passing over the damaged checkpoint {path}: {e}", file=sys.stderr, flush=True)
+            continue
+        return path
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -19,6 +19,7 @@ Every failure is a ``CheckpointError`` naming the file and the entry.
 from __future__ import annotations
 
 import os
+import tokenize
 import zipfile
 import zlib
 from typing import IO
@@ -104,7 +105,7 @@ def _read_header(f: IO[bytes], where: str) -> tuple[np.dtype, tuple[int, ...], b
         if reader is None:
             raise ValueError(f"unsupported .npy version {major}.{minor}")
         shape, fortran, dtype = reader(f, max_header_size=1 << 16)
-    except (ValueError, TypeError, SyntaxError, EOFError) as e:
+    except (ValueError, TypeError, SyntaxError, EOFError, tokenize.TokenError) as e:  # NumPy parses it as Python
         raise CheckpointError(f"{where}: malformed .npy header ({e})") from None
     if dtype.hasobject:
         raise CheckpointError(f"{where}: holds Python objects, which cannot be read without pickle")

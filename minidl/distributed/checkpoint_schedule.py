@@ -9,7 +9,9 @@
 
 Each is written atomically (``minidl.save``: a temporary file, fsync, ``os.replace``), so a rank killed
 while writing leaves the previous checkpoint whole. Only the newest ``K`` scheduled ones are kept.
-``latest(PATH)`` is the newest scheduled checkpoint (what ``python -m minidl.launch`` resumes from).
+``latest(PATH)`` is the newest scheduled checkpoint (``python -m minidl.launch`` resumes from the newest that
+loads). A rank killed while writing leaves its temporary ``.tmp-*.npz``; ``prune`` (``--keep``) removes those
+that have not been written to for a minute.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ import glob
 import os
 import re
 import sys
+import time
+
+STALE_SECONDS = 60.0  # a temporary not written to for this long belongs to no live save (a save takes seconds)
 
 
 def _stem(save: str) -> str:
@@ -47,12 +52,26 @@ def latest(save: str) -> str | None:
 
 
 def prune(save: str, keep: int) -> list[str]:
-    """Remove all but the newest ``keep`` scheduled checkpoints; returns the removed paths."""
+    """Remove all but the newest ``keep`` scheduled checkpoints, and stale temporaries; returns the removed paths."""
     found = scheduled(save)
     gone = [path for _, path in found[: max(len(found) - keep, 0)]]
     for path in gone:
         os.remove(path)
-    return gone
+    return gone + prune_temporaries(save)
+
+
+def prune_temporaries(save: str, older_than: float = STALE_SECONDS) -> list[str]:
+    """Remove the half-written temporaries (``minidl.save``'s ``.tmp-*.npz``) in ``save``'s directory that no
+    one has written to for ``older_than`` seconds: left by a rank killed while it wrote. Returns their paths."""
+    now, gone = time.time(), []
+    for path in glob.glob(os.path.join(glob.escape(os.path.dirname(os.path.abspath(save))), ".tmp-*.npz")):
+        try:
+            if now - os.path.getmtime(path) >= older_than:
+                os.remove(path)
+                gone.append(path)
+        except OSError:  # removed meanwhile, by another rank's prune
+            continue
+    return sorted(gone)
 
 
 def failure_marker(save: str) -> str:
