@@ -16,9 +16,15 @@ Both run under the glibc malloc thresholds that ``import minidl`` sets (minidl/m
 runs once more per round under glibc's defaults ("torch-glibc"), as a PyTorch user's process would:
 the first ratio compares the frameworks' own work, the second what each gives out of the box.
 
+The header is ``minidl.info``'s (the BLAS kernel, CPU ISA, sgemm GFLOP/s). After the first round's timed steps
+minidl's child clocks ``--split`` more steps op by op (benchmarks/op_clock.py): each GEMM-bound piece (a conv
+shape, the linear layer) as ms per step, GFLOP/s and a % of the sgemm peak measured in that process, the
+GEMM-bound share of the step, and the rest (batch norm and other ops; the optimizer and autograd outside them).
+
 ``--layers`` times single convolution layers instead (forward + backward, input and weight gradients),
 ResNet-50-shaped (1x1 and 3x3 at 56x56x64, 28x28x128, 14x14x256, 7x7x512) and ResNet-20-shaped, for
-each of minidl's algorithms and "auto" beside torch.nn.functional.conv2d, interleaved, in one process.
+each of minidl's algorithms and "auto" beside torch.nn.functional.conv2d, interleaved, in one process, each
+with its % of the sgemm peak measured there.
 
     python benchmarks/cnn.py                    # batch 64, both frameworks
     python benchmarks/cnn.py --batch 128 --steps 20
@@ -38,6 +44,9 @@ import sys
 
 import numpy as np
 from harness import TORCH_GLIBC, peak_rss_mb, report, spawn, time_steps  # sets the BLAS threads to 1
+from op_clock import split_report
+
+from minidl.info import print_header
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -92,7 +101,9 @@ def run_minidl(args) -> tuple[float, float, float]:
         opt.step()
         return loss.item()
 
-    return _timed(step, args.warmup, args.steps, args.profile)
+    result = _timed(step, args.warmup, args.steps, args.profile)
+    split = split_report(step, args.split) if args.split else []
+    return (*result, split)
 
 
 def run_torch(args) -> tuple[float, float, float]:
@@ -115,11 +126,11 @@ def run_torch(args) -> tuple[float, float, float]:
         opt.step()
         return loss.item()
 
-    return _timed(step, args.warmup, args.steps)
+    return (*_timed(step, args.warmup, args.steps), [])
 
 
 def _child(args) -> None:
-    step_s, cpu_s, loss = (run_minidl if args.child == "minidl" else run_torch)(args)
+    step_s, cpu_s, loss, split = (run_minidl if args.child == "minidl" else run_torch)(args)
     print(
         json.dumps(
             {
@@ -129,12 +140,13 @@ def _child(args) -> None:
                 "ms_per_step": 1e3 * step_s,
                 "loss": loss,
                 "peak_rss_mb": peak_rss_mb(),
+                "split": split,
             }
         )
     )
 
 
-def _spawn(impl: str, args) -> dict | None:
+def _spawn(impl: str, args, split: int = 0) -> dict | None:
     script = __file__ if impl != "baseline" else os.path.join(args.baseline, "benchmarks", "cnn.py")
     return spawn(
         script,
@@ -152,7 +164,8 @@ def _spawn(impl: str, args) -> dict | None:
             "--image",
             str(args.image),
         ]
-        + (["--profile"] if args.profile else []),
+        + (["--profile"] if args.profile else [])
+        + (["--split", str(split)] if split else []),
         glibc_defaults=impl == TORCH_GLIBC,
     )
 
@@ -169,8 +182,11 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="cProfile the minidl step (minidl only)")
     parser.add_argument("--layers", action="store_true", help="time single conv layers (ResNet-50 and -20 shapes)")
     parser.add_argument("--baseline", help="an earlier minidl checkout to time in the same rounds (before/after)")
+    parser.add_argument("--split", type=int, default=3, help="clocked steps of the op split (first round; 0: none)")
     parser.add_argument("--child", choices=["minidl", "torch"], help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if not args.child:
+        print_header(quick=args.quick)
     if args.layers:
         from conv_layers import main as layers_main
 
@@ -178,6 +194,7 @@ def main() -> None:
         return
     if args.quick or os.environ.get("MINIDL_QUICK") == "1":
         args.batch, args.steps, args.warmup, args.rounds = min(args.batch, 8), min(args.steps, 2), 1, 1
+        args.split = min(args.split, 1)
     if args.child:
         _child(args)
         return
@@ -195,14 +212,19 @@ def main() -> None:
     if args.baseline and not args.profile:
         impls.append("baseline")
     rounds: list[dict[str, dict | None]] = []
-    for _ in range(1 if args.profile else args.rounds):
-        rounds.append({name: _spawn(name, args) for name in impls})
+    for r in range(1 if args.profile else args.rounds):
+        rounds.append(
+            {name: _spawn(name, args, split=args.split if r == 0 and name == "minidl" else 0) for name in impls}
+        )
     print("CPU time (the process's own CPU seconds: the fairer number on a shared machine):")
     report(rounds, impls, "cpu_images_per_s", "images/CPU-s", target=0.8)
     _report_baseline(rounds, "cpu_images_per_s", "images/CPU-s")
     print("wall clock:")
     report(rounds, impls, "images_per_s", "images/s", target=0.8)
     _report_baseline(rounds, "images_per_s", "images/s")
+    if rounds[0].get("minidl") and rounds[0]["minidl"]["split"]:
+        print(f"minidl's step by op, {args.split} clocked steps after round 1's timed ones:")
+        print("\n".join(rounds[0]["minidl"]["split"]))
 
 
 def _report_baseline(rounds: list[dict[str, dict | None]], key: str, unit: str) -> None:

@@ -5,7 +5,8 @@ ones (64 -> 256 and 256 -> 64 at 56x56), at batch 8; ResNet-20's at batch 64. On
 y = conv(x); y.backward(g) with gradients for the input and the weight. Within each repeat the
 candidates run one after another (interleaved), each timed in CPU seconds of this thread (load from
 other processes on a shared machine inflates wall time, not this); printed are the median over the
-repeats with the spread (min-max) in ms, each one's ratio to PyTorch, and the process's peak RSS.
+repeats with the spread (min-max) in ms, each one's ratio to PyTorch, its rate (3 products of 2 N O C k^2 OH OW
+flops) as a % of the sgemm peak measured in the same process at the start, and the process's peak RSS.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from harness import median_spread, peak_rss_mb
 
 import minidl
 import minidl.nn.functional as F
+from minidl.info import SGEMM_N, SGEMM_QUICK_N, sgemm_gflops
 
 LAYERS = [  # (name, N, C, H=W, O, k, stride, padding)
     ("R50 3x3 56x56x64", 8, 64, 56, 64, 3, 1, 1),
@@ -72,11 +74,20 @@ def _candidates(layer, rng):
     return cands
 
 
+def layer_flops(layer: tuple) -> float:
+    """Flops of one step of ``layer``: forward, dx and dW are each 2 * N * O * C * k^2 * OH * OW."""
+    _, n, c, s, o, k, stride, padding = layer
+    oh = (s + 2 * padding - k) // stride + 1
+    return 3 * 2.0 * n * o * c * k * k * oh * oh
+
+
 def main(quick: bool = False, repeats: int = 5) -> None:
     rng = np.random.default_rng(0)
     layers = LAYERS[:1] + LAYERS[6:7] if quick else LAYERS
     repeats = 1 if quick else repeats
-    print(f"conv layers, forward + backward (dx, dW), float32, 1 thread; median (min-max) ms of {repeats} repeats")
+    peak = sgemm_gflops(SGEMM_QUICK_N if quick else SGEMM_N)
+    print(f"conv layers, forward + backward (dx, dW), float32, 1 thread; median (min-max) ms of {repeats} repeats;")
+    print(f"each with its ratio to torch and its % of the sgemm peak measured here, {peak:.1f} GFLOP/s")
     for layer in layers:
         cands = _candidates(layer, rng)
         for step in cands.values():
@@ -91,6 +102,7 @@ def main(quick: bool = False, repeats: int = 5) -> None:
         cells = []
         for m, ts in times.items():
             ratio = f" {ref / statistics.median(ts):.2f}x" if ref and m != "torch" else ""
-            cells.append(f"{m} {median_spread(ts)}{ratio}")
+            pct = 100 * layer_flops(layer) / (1e-3 * statistics.median(ts)) / 1e9 / peak
+            cells.append(f"{m} {median_spread(ts)}{ratio} {pct:.0f}%")
         print(f"{layer[0]:>24}: " + " | ".join(cells))
     print(f"peak RSS {peak_rss_mb():,.0f} MB (one process; ratios are torch time / minidl time, > 1 is faster)")

@@ -16,6 +16,11 @@ Both run under the glibc malloc thresholds that ``import minidl`` sets (minidl/m
 runs once more per round under glibc's defaults ("torch-glibc"), as a PyTorch user's process would:
 the first ratio compares the frameworks' own work, the second what each gives out of the box.
 
+The header is ``minidl.info``'s (the BLAS kernel, CPU ISA, sgemm GFLOP/s). After the first round's timed steps
+minidl's child clocks ``--split`` more steps op by op (benchmarks/op_clock.py): the decoder's linear layer and
+each LSTM layer as ms per step, GFLOP/s and a % of the sgemm peak measured in that process, their share of the
+step, and the rest (cross-entropy, embedding; the optimizer, clipping and autograd outside the ops).
+
     python benchmarks/lstm_lm.py                 # both, default sizes
     python benchmarks/lstm_lm.py --steps 50 --preset medium
     python benchmarks/lstm_lm.py --profile       # minidl only, with a cProfile of the step
@@ -29,11 +34,14 @@ import os
 import sys
 
 from harness import TORCH_GLIBC, peak_rss_mb, report, spawn, time_steps  # sets the BLAS threads to 1
+from op_clock import split_report
+
+from minidl.info import print_header
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _result(impl: str, times: list[tuple[float, float]], words: int, loss: float) -> dict:
+def _result(impl: str, times: list[tuple[float, float]], words: int, loss: float, split: list[str]) -> dict:
     """Words/s from the median step time, wall-clock and CPU (the process's own CPU seconds, which do not
     count the time the OS gave its core to someone else: the fairer number on a shared machine)."""
     import numpy as np
@@ -47,6 +55,7 @@ def _result(impl: str, times: list[tuple[float, float]], words: int, loss: float
         "cpu_ms_per_step": 1e3 * cpu,
         "loss": loss,
         "peak_rss_mb": peak_rss_mb(),
+        "split": split,
     }
 
 
@@ -57,7 +66,7 @@ def _tokens(vocab: int, T: int, B: int, n: int):
     return np.random.default_rng(0).integers(0, vocab, size=(n + 1, T + 1, B))
 
 
-def run_minidl(cfg: dict, steps: int, warmup: int, profile: bool) -> dict:
+def run_minidl(cfg: dict, steps: int, warmup: int, profile: bool, split: int = 0) -> dict:
     sys.path.insert(0, ROOT)
     import minidl
     import minidl.nn.functional as F
@@ -99,7 +108,7 @@ def run_minidl(cfg: dict, steps: int, warmup: int, profile: bool) -> dict:
         pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(18)
         if os.environ.get("MINIDL_PROFILE_CALLERS"):
             pstats.Stats(prof, stream=sys.stderr).print_callers(os.environ["MINIDL_PROFILE_CALLERS"])
-    return _result("minidl", times, T * B, loss)
+    return _result("minidl", times, T * B, loss, split_report(step, split) if split else [])
 
 
 def run_torch(cfg: dict, steps: int, warmup: int) -> dict:
@@ -142,7 +151,7 @@ def run_torch(cfg: dict, steps: int, warmup: int) -> dict:
         return loss.item()
 
     times, loss = time_steps(step, warmup, steps)
-    return _result("torch", times, T * B, loss)
+    return _result("torch", times, T * B, loss, [])
 
 
 def _config(preset: str) -> dict:
@@ -155,18 +164,19 @@ def _config(preset: str) -> dict:
 def _child(args) -> None:
     cfg = _config(args.preset)
     if args.impl == "minidl":
-        result = run_minidl(cfg, args.steps, args.warmup, args.profile)
+        result = run_minidl(cfg, args.steps, args.warmup, args.profile, args.split)
     else:
         result = run_torch(cfg, args.steps, args.warmup)
     print(json.dumps(result))
 
 
-def _spawn(impl: str, args) -> dict | None:
+def _spawn(impl: str, args, split: int = 0) -> dict | None:
     child = "torch" if impl == TORCH_GLIBC else impl
     return spawn(
         __file__,
         ["--child", child, "--preset", args.preset, "--steps", str(args.steps), "--warmup", str(args.warmup)]
-        + (["--profile"] if args.profile else []),
+        + (["--profile"] if args.profile else [])
+        + (["--split", str(split)] if split else []),
         glibc_defaults=impl == TORCH_GLIBC,
     )
 
@@ -178,12 +188,14 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=5, help="alternating runs of each (medians over them)")
     parser.add_argument("--profile", action="store_true", help="cProfile the minidl step (minidl only)")
+    parser.add_argument("--split", type=int, default=5, help="clocked steps of the op split (first round; 0: none)")
     parser.add_argument("--child", choices=["minidl", "torch"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         args.impl = args.child
         _child(args)
         return
+    print_header()
     cfg = _config(args.preset)
     print(
         f"LSTM LM '{args.preset}': vocab {cfg['vocab_size']}, {cfg['num_layers']} x {cfg['hidden_size']}, "
@@ -199,11 +211,17 @@ def main() -> None:
         print("PyTorch not installed: timing minidl only")
     # Alternate the two, `repeats` times: on a shared machine the load changes from minute to minute,
     # and interleaving exposes both to the same conditions.
-    rounds = [{name: _spawn(name, args) for name in impls} for _ in range(args.repeats)]
+    rounds = [
+        {name: _spawn(name, args, split=args.split if r == 0 and name == "minidl" else 0) for name in impls}
+        for r in range(args.repeats)
+    ]
     print("CPU time (the process's own CPU seconds: the fairer number on a shared machine):")
     report(rounds, impls, "cpu_words_per_s", "words/CPU-s", target=1.1)
     print("wall clock:")
     report(rounds, impls, "words_per_s", "words/s", target=1.1)
+    if rounds[0].get("minidl") and rounds[0]["minidl"]["split"]:
+        print(f"minidl's step by op, {args.split} clocked steps after round 1's timed ones:")
+        print("\n".join(rounds[0]["minidl"]["split"]))
 
 
 if __name__ == "__main__":
