@@ -108,12 +108,21 @@ def ideal_events(
     name: str, num_micro: int, num_stages: int, t_forward: float = 1.0, t_backward: float = 2.0
 ) -> list[Event]:
     """The timeline schedule ``name`` would have with every forward taking ``t_forward``, every backward
-    ``t_backward`` and free communication: each op starts once its stage is free and its input is
-    there (F(s, i) after F(s-1, i); B(s, i) after B(s+1, i)). The yardstick for the measured one."""
+    ``t_backward`` and free communication (see ``timeline``). The yardstick for the measured one."""
     ops = [schedule(name, num_micro, num_stages, s) for s in range(num_stages)]
+    return timeline(ops, t_forward, t_backward, name=name)
+
+
+def timeline(
+    ops: Sequence[Sequence[tuple[str, int]]], t_forward: float = 1.0, t_backward: float = 2.0, name: str = "given"
+) -> list[Event]:
+    """Run the op orders ``ops[s]`` of every stage s with fixed op times and free communication: each op
+    starts once its stage is free and its input is there (F(s, i) after F(s-1, i); B(s, i) after
+    B(s+1, i)). Every stage must list each F(i) and B(i), i < m, once; a RuntimeError names a deadlock."""
+    num_stages, num_micro = len(ops), sum(len(o) for o in ops) // (2 * max(len(ops), 1))
     done: dict[tuple[str, int, int], float] = {}  # (kind, stage, micro) -> end time
     nxt, free, events = [0] * num_stages, [0.0] * num_stages, []
-    while len(events) < 2 * num_micro * num_stages:
+    while len(events) < sum(len(o) for o in ops):
         progressed = False
         for s in range(num_stages):
             while nxt[s] < len(ops[s]):
@@ -131,7 +140,8 @@ def ideal_events(
                 nxt[s] += 1
                 progressed = True
         if not progressed:
-            raise RuntimeError(f"pipeline: schedule {name!r} deadlocks (m={num_micro}, p={num_stages})")
+            waits = ", ".join(f"stage {s} at {ops[s][nxt[s]]}" for s in range(num_stages) if nxt[s] < len(ops[s]))
+            raise RuntimeError(f"pipeline: schedule {name!r} deadlocks (m={num_micro}, p={num_stages}): {waits}")
     return events
 
 

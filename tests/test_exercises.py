@@ -1,0 +1,126 @@
+"""Every exercise's checker, proved both ways: the untouched skeleton fails it, the reference solution passes.
+
+Plus one deliberately wrong solution per exercise (the reference with one line changed) that must fail
+with the property named, a solution tuned to the visible cases that --submit finds out, the hidden
+hashes regenerated from the solutions, and the command line's exit codes.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+
+import pytest
+
+from minidl.exercises import EXERCISES, find, run
+from minidl.exercises import check_collectives as cc
+from minidl.exercises.core import HERE, load, sha256
+from minidl.exercises.hashes import HIDDEN
+from minidl.exercises.hidden import SEEDS, hidden_text
+
+NAMES = [ex.name for ex in EXERCISES]
+
+
+@pytest.fixture(autouse=True)
+def few_examples(monkeypatch):
+    """The kit's hypothesis examples, fewer than a student's check runs (its edge cases always run)."""
+    monkeypatch.setattr(cc, "EXAMPLES", {"check": 8, "submit": 8})
+    monkeypatch.setattr(cc, "MAX_RANKS", 9)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_untouched_skeleton_fails_as_not_implemented(name):
+    ex = find(name)
+    outcome = run(ex, ex.skeleton)
+    assert not outcome.passed
+    assert outcome.prop == "implemented", outcome.text
+    assert "not implemented yet: " in outcome.text and "Traceback" not in outcome.text
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_reference_solution_passes(name):
+    ex = find(name)
+    outcome = run(ex, ex.solution)
+    assert outcome.passed, outcome.text
+
+
+# (exercise, the line of the reference solution to change, what to change it to, words of the property)
+WRONG = [
+    ("logsumexp", "m = x.max(axis=-1, keepdims=True)", "m = np.zeros_like(x[..., :1])", "stable"),
+    ("logsumexp", "np.exp(x - y)", "np.exp(x)", "gradcheck"),
+    ("lstm_cell_backward", "dc = dc_next + dh_next", "dc = dh_next", "gradient"),
+    ("ring_allreduce", "for s in range(p - 1):  # allgather", "for s in range(p - 2):  # allgather", ""),
+    ("tree_broadcast", "vr = (rank - root) % p", "vr = rank", ""),
+    ("recursive_doubling", "rem = p - pof2", "rem = 0", ""),
+    ("one_f_one_b", "warmup = min(num_stages - stage - 1, num_micro)", "warmup = num_micro", "warm-up"),
+    ("average_gradients", "weight = count / total", "weight = 1 / comm.Get_size()", "one process"),
+    ("zero1", "np.zeros(self.hi - self.lo)", "np.zeros(n)", "state sharded"),
+]
+
+
+@pytest.mark.parametrize("name, old, new, words", WRONG)
+def test_a_wrong_solution_fails_naming_the_property(tmp_path, name, old, new, words):
+    ex = find(name)
+    source = ex.solution.read_text()
+    assert old in source
+    wrong = tmp_path / ex.filename
+    wrong.write_text(source.replace(old, new))
+    outcome = run(ex, wrong)
+    assert not outcome.passed
+    assert outcome.prop and outcome.prop not in ("implemented", "imports", "defines"), outcome.text
+    assert words in outcome.prop and "smallest case" in outcome.text, outcome.text
+
+
+def test_submit_finds_out_a_solution_tuned_to_the_visible_cases(tmp_path):
+    """Right for every visible (m, p), GPipe beyond them: the visible check passes, --submit fails."""
+    ex = find("one_f_one_b")
+    source = ex.solution.read_text().replace(
+        "    warmup = min(",
+        "    if num_micro > 6:\n        return [('F', i) for i in range(num_micro)] + [('B', i) for i in range(num_micro)]\n    warmup = min(",
+    )
+    tuned = tmp_path / ex.filename
+    tuned.write_text(source)
+    assert run(ex, tuned, "check").passed
+    assert not run(ex, tuned, "submit", seed=1).passed
+    assert not run(ex, tuned, "hidden").passed
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_solutions_pass_submit_and_the_stored_hashes_are_theirs(name):
+    ex = find(name)
+    module = load(ex.solution)
+    assert HIDDEN[name] == tuple(sha256(hidden_text(ex, module, seed)) for seed in SEEDS)
+    assert run(ex, ex.solution, "submit", seed=12345).passed
+    assert all(len(h) == 64 and int(h, 16) >= 0 for h in HIDDEN[name])  # SHA-256 digests, no values
+
+
+def test_no_checker_imports_a_solution():
+    for path in HERE.glob("check_*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            assert not any("solutions" in n for n in names), f"{path.name} imports {names}"
+
+
+def test_each_exercise_uses_only_earlier_ones():
+    """A skeleton or solution imports minidl's and collectives' modules, never another exercise's file."""
+    for ex in EXERCISES:
+        for path in (ex.skeleton, ex.solution):
+            for node in ast.walk(ast.parse(path.read_text())):
+                module = node.module or "" if isinstance(node, ast.ImportFrom) else ""
+                assert not any(w in module for w in ("skeletons", "solutions")), f"{path} imports {module}"
+
+
+def test_command_line_exit_codes(tmp_path):
+    cmd = [sys.executable, "-m", "minidl.exercises"]
+    run_ = lambda *a: subprocess.run([*cmd, *a], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    listed = run_("list")
+    assert listed.returncode == 0 and all(n in listed.stdout for n in NAMES)
+    assert run_("check", "no_such_exercise").returncode == 2
+    assert run_("check", "one_f_one_b", "--file", "missing.py").returncode == 2
+    started = run_("start", "one_f_one_b")
+    assert started.returncode == 0 and (tmp_path / "exercises" / "06_one_f_one_b.py").is_file()
+    failed = run_("check", "one_f_one_b")
+    assert failed.returncode == 1 and "not implemented yet: one_f_one_b" in failed.stdout
+    assert run_("check", "6", "--solution").returncode == 0
