@@ -134,7 +134,7 @@ def kernel_warnings(environ: Mapping[str, str], flags: set[str], blas: list[dict
     if forced and level is not None and level < cpu:
         out.append(
             f"OPENBLAS_CORETYPE={forced} forces OpenBLAS's {forced} kernel ({LEVEL_NAMES[level]}) on a CPU with "
-            f"{LEVEL_NAMES[cpu]}: its sgemm runs at about half this core's rate; {fix}"
+            f"{LEVEL_NAMES[cpu]}: the products run below this CPU's rate; {fix}"
         )
     for lib in blas:
         arch = str(lib.get("architecture") or "")
