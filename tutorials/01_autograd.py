@@ -230,6 +230,12 @@ except minidl.GradcheckError as err:
     print("caught:", err)
 
 # %% [markdown]
+# **Exercise 1** (`python -m minidl.exercises start logsumexp`): write LogSumExp as a `minidl.Function` of
+# your own, a forward that cannot overflow and its backward (the softmax). The checker runs `gradcheck` on it
+# in float64 and names the smallest input where it breaks:
+# `python -m minidl.exercises check logsumexp`.
+
+# %% [markdown]
 # ## 5. Training a tiny model with plain gradient descent
 #
 # Two interleaved spirals in the plane (two turns each), two classes. A two-layer perceptron

@@ -188,6 +188,11 @@ print(
 minidl.set_default_dtype(np.float32)
 
 # %% [markdown]
+# **Exercise 2** (`python -m minidl.exercises start lstm_cell_backward`): derive one LSTM step's backward by
+# hand, the step the fused kernel repeats T times. The checker compares every gradient with what autograd
+# derives for `nn.rnn.lstm_cell`, in float64: `python -m minidl.exercises check lstm_cell_backward`.
+
+# %% [markdown]
 # ## 4. Training towards the optimum
 #
 # `python -m minidl.train lm` is the whole loop; it is also a function, `lm.main(argv)`, which returns its

@@ -121,7 +121,14 @@ opt.step()
 # to it up to rounding. The tests (`tests/test_distributed_equivalence.py`, `tests/mpi/test_dp_equivalence.py`)
 # check the same after several steps, for the LSTM LM too and for every allreduce algorithm: parameters agree
 # to 1e-8 relative, and the P replicas are bitwise identical.
-#
+
+# %% [markdown]
+# **Exercise 7** (`python -m minidl.exercises start average_gradients`): average the gradients yourself, for
+# shards of unequal size too (np.array_split of a batch that P does not divide, a rank with no sample). The
+# checker runs P in-process ranks and compares with one process on the whole batch, bit for bit where every
+# sum is exact: `python -m minidl.exercises check average_gradients`.
+
+# %% [markdown]
 # ## 2. The learning rate: linear scaling and warmup
 #
 # P ranks with batch b make one update per P*b examples, where one process with batch b would make P updates.
@@ -346,6 +353,13 @@ features = np.random.default_rng(1).standard_normal(4096)
 for bs in (2, 8, 32, 128):
     means = features[: (4096 // bs) * bs].reshape(-1, bs).mean(axis=1)
     say(f"BN batch {bs:>4}: std of the batch mean {means.std():.3f} (1/sqrt(b) = {1 / np.sqrt(bs):.3f})")
+
+# %% [markdown]
+# **Exercise 8** (`python -m minidl.exercises start zero1`): ZeRO stage 1 (Rajbhandari et al., "ZeRO: Memory
+# Optimizations Toward Training Trillion Parameter Models", 2020) splits the allreduce into its two halves and
+# updates only this rank's shard in between, so each rank keeps 1/P of the optimizer state
+# (`dist.ZeroOptimizer` is minidl's). Write it for SGD with momentum:
+# `python -m minidl.exercises check zero1`.
 
 # %% [markdown]
 # ## Summary

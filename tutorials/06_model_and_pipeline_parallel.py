@@ -349,7 +349,14 @@ for s in ("gpipe", "1f1b"):
 # GPipe's every stage holds all m micro-batches (the backwards only start after the last forward); 1F1B's
 # stage s holds at most p - s, however large m is - the same bubble for a fraction of the memory. This is why
 # 1F1B lets m grow (smaller bubble) without the activation memory growing with it.
-#
+
+# %% [markdown]
+# **Exercise 6** (`python -m minidl.exercises start one_f_one_b`): write the 1F1B order of one stage. The
+# checker holds it to the rules (every op once, in order, the warm-up, one forward then one backward, at most
+# min(p - s, m) in flight), runs it on an ideal pipeline and compares its bubble with (p - 1) / (m + p - 1):
+# `python -m minidl.exercises check one_f_one_b`.
+
+# %% [markdown]
 # ## 7. Data x pipeline parallelism
 #
 # With dp x pp ranks, `make_grid(comm, pp)` arranges them as dp pipelines of pp stages (world rank =

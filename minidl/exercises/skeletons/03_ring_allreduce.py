@@ -3,8 +3,8 @@
 Every rank r of p holds a flat vector x; afterwards every rank holds f(x_0, x_1, ..., x_{p-1}) elementwise
 (f a NumPy ufunc such as np.add, called as f(a, b, out=c)), as a new array, with x untouched.
 
-Cut the vector into p blocks as np.array_split does: block k is elements b[k]:b[k+1],
-b = collectives.common.block_bounds(n, p) (the first n % p blocks have one element more).
+Cut the vector into p blocks as np.array_split does: block k is elements b[k]:b[k+1], with
+b[k] = k (n // p) + min(k, n % p) for k = 0 .. p (the first n % p blocks have one element more).
 Rank r sends only to its right neighbour (r + 1) % p and receives only from its left (r - 1) % p:
 
     reduce-scatter, steps s = 0 .. p-2:  send block (r - s - 1) % p (x's own for s = 0, the partial sums
@@ -27,8 +27,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-
-from collectives.common import block_bounds  # noqa: F401  (you will need it)
 
 
 def allreduce(comm: Any, x: np.ndarray, f: Any) -> np.ndarray:
