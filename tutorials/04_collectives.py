@@ -93,19 +93,11 @@ for m in result.messages[:6]:
 # ## 2. Drawing a schedule
 #
 # Ranks run top to bottom, logical time left to right, and each message is an arrow from
-# (send step, source) to (arrival, destination), colored by its phase (its tag).
+# (send step, source) to (arrival, destination), colored by its phase (its tag) and as wide as its
+# bytes: `collectives.diagram.spacetime(messages, p)` draws any simulated run this way.
 
 # %%
-PHASES = {
-    2: "fold",
-    3: "gather",
-    4: "scatter",
-    5: "reduce",
-    6: "broadcast",
-    7: "reduce-scatter",
-    8: "allgather",
-    9: "exchange",
-}
+from collectives.diagram import spacetime
 
 
 def draw(p, algorithm, n=24, title=None):
@@ -116,31 +108,9 @@ def draw(p, algorithm, n=24, title=None):
     messages = [m for m in res.messages if m.tag != TAG_CHECK]
     count, nbytes = traffic(messages, p)
     print(f"{algorithm:>18} p={p}: {res.rounds} rounds, messages per rank {count}, bytes per rank {nbytes}")
-    if plt is None:
-        return res
-    fig, ax = plt.subplots(figsize=(1.2 + 0.55 * res.rounds, 0.45 * p + 1))
-    colors = {}
-    for m in messages:
-        color = colors.setdefault(m.tag, f"C{len(colors)}")
-        ax.annotate(
-            "",
-            xy=(m.arrival, m.dest),
-            xytext=(m.step, m.source),
-            arrowprops=dict(arrowstyle="->", color=color, lw=0.6 + 2.5 * m.nbytes / (4 * n)),
-        )
-    for tag, color in colors.items():
-        ax.plot([], [], color=color, label=PHASES.get(tag, str(tag)))
-    ax.set(
-        xlim=(-0.3, res.rounds + 0.3),
-        ylim=(p - 0.5, -0.5),
-        yticks=range(p),
-        xlabel="step",
-        ylabel="rank",
-        title=title or f"{algorithm}, p = {p} (arrow width ~ bytes)",
-    )
-    ax.grid(axis="x", alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    tutorial.show(fig, f"04_schedule_{algorithm}_p{p}.png")
+    if plt is not None:
+        fig = spacetime(messages, p, title=title or f"{algorithm}, p = {p} (arrow width ~ bytes)")
+        tutorial.show(fig, f"04_schedule_{algorithm}_p{p}.png")
     return res
 
 
@@ -195,6 +165,24 @@ print("ring bytes per rank / vector bytes:", [b / (24 * 4) for b in nbytes], " 2
 
 # %%
 table = collectives.explain("ring", p=4, n=8)
+
+# %% [markdown]
+# The same run as a picture: each arrow is one message of the table, labelled with the block it carries and
+# whose contributions are summed in it. Follow b0: rank 1 sends its share to rank 2 (b0=x1), which adds its
+# own and passes it on (b0=x1+x2), and so on round the ring until rank 0 adds x0 to the last one; then the
+# allgather's arrows carry the finished block on to the three other ranks.
+
+# %%
+from collectives.walkthrough import describe_message, rank_vectors
+
+xs = rank_vectors(4, 8)
+res = collectives.simulate(
+    4, lambda comm: collectives.ring.allreduce(comm, xs[comm.Get_rank()], np.add), record_data=True
+)
+if plt is not None:
+    carried = [describe_message(m, 4, 8).split(" -> ")[0] for m in res.messages]  # "b3=x0+x1": the arrow says "-> 2"
+    fig = spacetime(res.messages, 4, labels=carried, title="ring allreduce, p = 4, n = 8: what each message carries")
+    tutorial.show(fig, "04_ring_spacetime_p4.png")
 
 # %% [markdown]
 # ## 6. Recursive doubling and Rabenseifner
