@@ -102,7 +102,7 @@ def explain(
     if isinstance(algorithm, str) and algorithm not in SCHEDULES:
         raise ValueError(f"explain: unknown algorithm {algorithm!r}: expected one of {list(SCHEDULES)}")
     schedule = SCHEDULES[algorithm] if isinstance(algorithm, str) else algorithm
-    name = algorithm if isinstance(algorithm, str) else getattr(algorithm, "__name__", "your")
+    name = algorithm if isinstance(algorithm, str) else getattr(algorithm, "__name__", "your function") + "()"
     if collective != "allreduce":
         return _explain_other(schedule, name, collective, p, n, file)
     xs = rank_vectors(p, n)
@@ -116,10 +116,21 @@ def explain(
     if not wrong:
         lines.append(f"afterwards every rank holds {'+'.join(f'x{r}' for r in range(p))} in every block")
     for r in wrong[:4]:
-        got = res[r]
-        held = describe_message(Message(0, r, r, 0, 0, data=np.asarray(got).tobytes()), p, n).rsplit(" -> ", 1)[0]
-        lines.append(f"WRONG: rank {r} ends with {held}, not x0+...+x{p - 1} in every block")
+        lines.append(f"WRONG: rank {r} {_first_wrong(res[r], expected, p)}")
     return _emit("\n".join(lines), file)
+
+
+def _first_wrong(got: Any, expected: np.ndarray, p: int) -> str:
+    """What a rank holds at its first wrong element, read as a partial sum where it is one."""
+    if not isinstance(got, np.ndarray) or got.shape != expected.shape or got.dtype != expected.dtype:
+        return f"returned {type(got).__name__} {getattr(got, 'shape', '')}, not an int64 array of {expected.shape}"
+    i = int(np.flatnonzero(got != expected)[0])
+    ranks, index = decode(int(got[i]), p)
+    if index == i and sum(1 << r for r in ranks) + (len(ranks) * index << p) == got[i]:
+        held = "+".join(f"x{r}" for r in ranks)
+    else:
+        held = f"{got[i]}, no partial sum of element {i} (a contribution added twice, another element's, or garbage)"
+    return f"ends with {held} at element {i}, where x0+...+x{p - 1} belongs"
 
 
 def _table(name: str, messages: list[Message], p: int, n: int) -> list[str]:

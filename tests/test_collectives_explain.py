@@ -57,3 +57,29 @@ def test_explain_refuses_what_it_cannot_encode():
         collectives.explain("butterfly")
     with pytest.raises(ValueError, match="p <= 24"):
         collectives.explain("ring", p=30)
+
+
+def test_explain_draws_a_users_function_and_says_where_it_goes_wrong():
+    def forgets_to_add(comm, x, f):  # passes x round the ring but never reduces what arrives
+        r, p = comm.Get_rank(), comm.Get_size()
+        out, tmp = x.copy(), np.empty_like(x)
+        for _ in range(p - 1):
+            comm.Sendrecv(out, (r + 1) % p, 0, tmp, (r - 1) % p, 0)
+            out[...] = tmp
+        return out
+
+    text = collectives.explain(forgets_to_add, p=3, n=3, file=None)
+    assert text.splitlines()[0].startswith("forgets_to_add() allreduce, p = 3, n = 3")
+    assert "b0-2=x0 -> 1" in text  # step 1: rank 0 sends its whole vector right
+    assert "WRONG: rank 0 ends with x1 at element 0, where x0+...+x2 belongs" in text
+    assert "afterwards every rank holds" not in text
+
+
+def test_explain_reports_a_deadlock_and_other_collectives():
+    def sends_first(comm, x, f):
+        comm.Send(x, (comm.Get_rank() + 1) % comm.Get_size())
+        return x
+
+    assert "did not complete: DeadlockError" in collectives.explain(sends_first, p=2, n=2, file=None)
+    text = collectives.explain(collectives.tree.broadcast_into, p=4, n=2, file=None, collective="broadcast")
+    assert "step   1: 0->2 x0[0:2]" in text and "1->3" not in text

@@ -16,7 +16,6 @@ from collectives.kit.report import decode, describe
 from collectives.kit.spec import Expected, reference, wrong
 from collectives.testing import (
     COLLECTIVES,
-    Case,
     Cost,
     PropertyFailure,
     allreduce_property,
@@ -116,7 +115,13 @@ def test_a_failure_is_shrunk_and_reported_with_its_messages(tmp_path):
     assert failure.property == "result"
     assert failure.case.p == 2 and failure.case.n == 1  # the smallest case where a block is lost
     text = str(failure)
-    for part in ["smallest failing case", "inputs (abridged)", "expected against got", "first wrong: rank", "step   1:"]:
+    for part in [
+        "smallest failing case",
+        "inputs (abridged)",
+        "expected against got",
+        "first wrong: rank",
+        "step   1:",
+    ]:
         assert part in text, part
     assert "1->0 x1[0:1]" in text  # the step table reads the traceable run: rank 1 sends its block 0
     if failure.diagram:

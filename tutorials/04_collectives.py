@@ -392,6 +392,115 @@ for r, (value, index, offset) in enumerate(collectives.simulate(4, where_and_pre
     print(f"rank {r}: largest loss {value} on rank {index} (ties: the lower rank); samples before mine: {offset}")
 
 # %% [markdown]
+# ## 12. Test your own allreduce
+#
+# Writing a collective is easy to get almost right: a block lost when n is not divisible by p, a
+# schedule correct only for powers of two, ranks that add in different orders and end with
+# different bits. `collectives.testing` checks a function with the signature of `ring.py`'s
+# `allreduce(comm, x, f)` the way the package checks its own: hypothesis draws the number of ranks
+# (1..16), the length (0, 1, below p, not divisible by p, over 10,000), every dtype and op, the
+# rank layout (the world, reversed, halves and odd/even through `Split`), and the value range; the
+# ranks send synchronously, so a schedule that needs buffering deadlocks and is reported. On a
+# failure hypothesis shrinks the case to the smallest that still fails, and the report shows it.
+# In a pytest file, the whole test is
+#
+# ```python
+# from collectives.testing import allreduce_property
+#
+# def test_my_allreduce():
+#     allreduce_property(my_allreduce)
+# ```
+#
+# and from a shell `python -m collectives.check my_ring.py:my_allreduce` (exit 0, or 1 with the
+# counterexample), or `mpiexec -n 4 python -m collectives.check my_ring.py:my_allreduce --mpi` on real
+# ranks. Here is a first attempt at a ring that only passes vectors round and adds what arrives.
+# It is right on 1 and 2 ranks and wrong from 3 on:
+
+
+# %%
+def my_allreduce(comm, x, f):
+    r, p = comm.Get_rank(), comm.Get_size()
+    acc, passing = x.copy(), x.copy()
+    for _ in range(p - 1):
+        incoming = np.empty_like(x)
+        comm.Sendrecv(passing, (r + 1) % p, 0, incoming, (r - 1) % p, 0)
+        f(acc, incoming, out=acc)
+        passing = acc  # the bug: it should pass on what arrived, not its running sum
+    return acc
+
+
+from collectives.testing import PropertyFailure, check  # noqa: E402
+
+try:
+    check(
+        my_allreduce,
+        "allreduce",
+        examples=50 if QUICK else 200,
+        diagram=str(tutorial.out_dir() / "04_my_allreduce.png"),
+    )
+except PropertyFailure as failure:
+    print(failure)
+
+# %% [markdown]
+# The smallest failing case is 3 ranks, and the step table shows why: at step 2 rank 0 sends
+# `(x0+x2)`, its running sum, where a ring passes on what arrived (`x2`), so rank 1 counts x0
+# twice. The space-time diagram (`tutorials/out/04_my_allreduce.png`) draws the same messages.
+# Passing on what arrived fixes the sum; the kit then finds a second, subtler bug:
+
+
+# %%
+def my_allreduce_2(comm, x, f):
+    r, p = comm.Get_rank(), comm.Get_size()
+    acc, passing = x.copy(), x.copy()
+    for _ in range(p - 1):
+        incoming = np.empty_like(x)
+        comm.Sendrecv(passing, (r + 1) % p, 0, incoming, (r - 1) % p, 0)
+        f(acc, incoming, out=acc)
+        passing = incoming  # fixed: pass on what arrived
+    return acc
+
+
+try:
+    check(my_allreduce_2, "allreduce", examples=50 if QUICK else 200, diagram="")
+except PropertyFailure as failure:
+    print("\n".join(str(failure).splitlines()[:4]))
+
+# %% [markdown]
+# Every rank now holds the sum, but rank r adds x_r + x_(r-1) + x_(r-2) + ..., a different order
+# on every rank, and float addition is not associative: in float16 one rank ends 2 units in the
+# last place away from the others. Data-parallel replicas that start equal would drift apart.
+# The cure is the one every algorithm in `collectives/` uses: combine the operands in the same
+# order on every rank (here: keep each rank's vector and add them in rank order).
+
+
+# %%
+def my_allreduce_3(comm, x, f):
+    r, p = comm.Get_rank(), comm.Get_size()
+    vectors = {r: x}
+    passing = x
+    for step in range(1, p):
+        incoming = np.empty_like(x)
+        comm.Sendrecv(passing, (r + 1) % p, 0, incoming, (r - 1) % p, 0)
+        vectors[(r - step) % p] = passing = incoming
+    acc = vectors[0].copy()
+    for source in range(1, p):  # rank order, the same on every rank
+        f(acc, vectors[source], out=acc)
+    return acc
+
+
+print(check(my_allreduce_3, "allreduce", examples=50 if QUICK else 200))
+try:  # correct, but is it a ring allreduce? the kit can hold it to the ring's cost model too
+    check(my_allreduce_3, "allreduce", cost="ring", examples=20, diagram="")
+except PropertyFailure as failure:
+    print("\n".join(str(failure).splitlines()[:2]))
+
+# %% [markdown]
+# It sends p - 1 messages of the whole vector, (p - 1) n elements per rank, where the ring sends
+# 2 (p - 1) messages of n/p: the same answer at p/2 times the bandwidth. Exercises 3 to 5
+# (`python -m minidl.exercises list`) ask for the real ring, the binomial broadcast and recursive
+# doubling, checked by this same kit.
+
+# %% [markdown]
 # ## What to take away
 # - Naive is linear in p in every term; the tree fixes the latency, the ring the bandwidth;
 #   Rabenseifner gets the ring's bandwidth with the tree's number of rounds.
