@@ -24,9 +24,10 @@ NAMES = [ex.name for ex in EXERCISES]
 
 @pytest.fixture(autouse=True)
 def few_examples(monkeypatch):
-    """The kit's hypothesis examples, fewer than a student's check runs (its edge cases always run)."""
+    """Fewer hypothesis examples than a student's check runs (the kit's edge cases always run), no diagrams."""
     monkeypatch.setattr(cc, "EXAMPLES", {"check": 8, "submit": 8})
     monkeypatch.setattr(cc, "MAX_RANKS", 9)
+    monkeypatch.setattr(cc, "DIAGRAM", "")  # no PNG (matplotlib) for the wrong solutions' reports
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -112,15 +113,19 @@ def test_each_exercise_uses_only_earlier_ones():
                 assert not any(w in module for w in ("skeletons", "solutions")), f"{path} imports {module}"
 
 
-def test_command_line_exit_codes(tmp_path):
-    cmd = [sys.executable, "-m", "minidl.exercises"]
-    run_ = lambda *a: subprocess.run([*cmd, *a], cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    listed = run_("list")
-    assert listed.returncode == 0 and all(n in listed.stdout for n in NAMES)
-    assert run_("check", "no_such_exercise").returncode == 2
-    assert run_("check", "one_f_one_b", "--file", "missing.py").returncode == 2
-    started = run_("start", "one_f_one_b")
-    assert started.returncode == 0 and (tmp_path / "exercises" / "06_one_f_one_b.py").is_file()
-    failed = run_("check", "one_f_one_b")
-    assert failed.returncode == 1 and "not implemented yet: one_f_one_b" in failed.stdout
-    assert run_("check", "6", "--solution").returncode == 0
+def test_command_line(tmp_path, monkeypatch, capsys):
+    from minidl.exercises.__main__ import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["list"]) == 0
+    listed = capsys.readouterr().out
+    assert all(n in listed for n in NAMES) and "minidl/exercises/skeletons" in listed
+    assert main(["check", "no_such_exercise"]) == 2
+    assert main(["check", "one_f_one_b", "--file", "missing.py"]) == 2
+    assert main(["start", "one_f_one_b"]) == 0 and (tmp_path / "exercises" / "06_one_f_one_b.py").is_file()
+    assert main(["start", "one_f_one_b"]) == 2  # never overwrites the student's copy
+    assert main(["check", "6", "--solution", "--submit", "--seed", "3"]) == 0
+    # the real entry point, on the untouched copy that `start` made
+    cmd = [sys.executable, "-m", "minidl.exercises", "check", "one_f_one_b"]
+    failed = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert failed.returncode == 1 and "not implemented yet: one_f_one_b" in failed.stdout, failed.stdout + failed.stderr

@@ -22,6 +22,7 @@ from minidl.exercises.core import Broke, canonical, first_failure
 # hypothesis examples per tier; tests/test_exercises.py lowers them to stay fast
 EXAMPLES = {"check": 60, "submit": 250}
 MAX_RANKS = 12
+DIAGRAM: str | None = None  # where the kit draws a failure's space-time diagram (None: a temporary PNG; "": none)
 
 
 def _kit(fn: Callable[..., Any], collective: str, tier: str, seed: int) -> None:
@@ -29,7 +30,7 @@ def _kit(fn: Callable[..., Any], collective: str, tier: str, seed: int) -> None:
     from collectives.testing import PropertyFailure, check
 
     try:
-        check(fn, collective=collective, max_ranks=MAX_RANKS, examples=EXAMPLES[tier], seed=seed)
+        check(fn, collective=collective, max_ranks=MAX_RANKS, examples=EXAMPLES[tier], seed=seed, diagram=DIAGRAM)
     except PropertyFailure as e:
         raise Broke(e.property, _describe_case(e.case), str(e)) from None
 
