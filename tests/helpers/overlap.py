@@ -33,6 +33,6 @@ def run(comm, overlap: bool, fusion_bytes: int, passes: int = 1, algorithm: str 
         opt.zero_grad()
         F.cross_entropy(model(minidl.tensor(x)), y).backward()
         if overlap and opt.will_update:
-            launched_during_backward.append(opt._overlap.launched)
+            launched_during_backward.append(opt.exchange.overlap.launched)
         opt.step()
     return {k: v.copy() for k, v in model.state_dict().items()}, launched_during_backward, len(opt.buckets)

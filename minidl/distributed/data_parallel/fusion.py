@@ -1,4 +1,4 @@
-"""Tensor fusion: many small gradients packed into a few large buffers, one allreduce each.
+"""Step 2 of data parallelism, tensor fusion: many small gradients packed into a few large buffers, one allreduce each.
 
 Every allreduce pays a latency (alpha) per message round whatever its size, so allreducing the
 ~10 gradient arrays of an LSTM LM one by one pays it ~10 times; packed into one buffer it is paid
@@ -32,10 +32,13 @@ from typing import Any
 
 import numpy as np
 
+from minidl.distributed.comm import get_comm
 from minidl.distributed.data_parallel import compression as _compression
 from minidl.distributed.data_parallel.allreduce import allreduce
 from minidl.distributed.data_parallel.sparse_rows import exchange_rows
 from minidl.tensor import Tensor
+
+DEFAULT_FUSION_BYTES = 64 * 2**20  # Horovod's default HOROVOD_FUSION_THRESHOLD
 
 
 @dataclass
@@ -174,3 +177,15 @@ def _allreduce_bucket(
         _compression.report_overflow(i, bucket, comm.Get_size(), overflow)
     unpack(bucket, _compression.decompress(reduced, bucket.dtype), 1.0 if prescale else scale)
     return finite
+
+
+def average_bucketed(
+    params: Iterable[Tensor], comm: Any = None, fusion_bytes: int = DEFAULT_FUSION_BYTES, algorithm: str = "ring"
+) -> None:
+    """Step 1's ``average_gradients`` with the gradients fused: one allreduce per bucket, not per parameter.
+
+    A parameter that no rank has a gradient for keeps ``grad = None`` (the presence flags).
+    """
+    comm = get_comm(comm)
+    if comm.Get_size() > 1:
+        allreduce_buckets(plan_buckets(params, fusion_bytes), comm, algorithm, 1.0 / comm.Get_size())

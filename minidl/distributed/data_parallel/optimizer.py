@@ -32,28 +32,31 @@ equal one step with batch k*P*b. Clip only on the updating pass::
     opt.step()
 
 The first allreduce of each fusion plan runs the collectives' agreement check (every rank must pack
-the same sizes and dtypes, else a clear error on every rank); later ones skip it.
+the same sizes and dtypes, else a clear error on every rank); later ones skip it. Every exchange starts
+by agreeing on the step (lockstep.py): ranks at different steps raise on every rank, naming them.
+
+The class is the ladder's three steps behind Horovod's interface: the settings and the exchange
+strategies are in exchange.py (``synchronize`` hands each update to one of them), the timings, the
+timeline and the watchdog's step name in timing.py's ``ExchangeClock``.
 """
 
 from __future__ import annotations
 
-import time
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from minidl.distributed import lockstep
 from minidl.distributed.comm import get_comm
-from minidl.distributed.data_parallel import compression as _compression
-from minidl.distributed.data_parallel.allreduce import ALGORITHMS, check_algorithm
-from minidl.distributed.data_parallel.fusion import Bucket, allreduce_buckets, plan_buckets
-from minidl.distributed.data_parallel.overlap import BucketOverlap
-from minidl.distributed.data_parallel.timing import StepTimings
+from minidl.distributed.data_parallel.exchange import Exchange, ExchangeSettings, Round, make_exchange
+from minidl.distributed.data_parallel.fusion import DEFAULT_FUSION_BYTES, Bucket, plan_buckets
+from minidl.distributed.data_parallel.timing import ExchangeClock, StepTimings
 from minidl.distributed.fingerprint import check_layout, optimizer_rows, parameter_rows
 from minidl.distributed.timeout import activity
 from minidl.optim.optimizer import Optimizer
 from minidl.tensor import Tensor
 
-DEFAULT_FUSION_BYTES = 64 * 2**20  # Horovod's default HOROVOD_FUSION_THRESHOLD
-OPS = ("average", "sum")
+SETTINGS = tuple(f.name for f in dataclasses.fields(ExchangeSettings))
 
 
 class DistributedOptimizer(Optimizer):
@@ -62,84 +65,54 @@ class DistributedOptimizer(Optimizer):
     Args:
         optimizer: any minidl optimizer (SGD, Adam, LARS, ...); its state and hyperparameters are
             the ones used (``param_groups``, ``state``, ``state_dict()`` are the wrapped optimizer's).
-        allreduce: "ring", "tree", "naive", "recursive_doubling", "rabenseifner", "auto" (collectives'
-            cost-model choice) or "mpi" (the MPI library's Allreduce, for comparison).
-        op: "average" (divide the sum by the number of ranks and of accumulated passes) or "sum".
-        fusion_bytes: the most gradient bytes packed into one allreduce (0: one allreduce per parameter).
-        compression: None, or "fp16" to send float16 on the wire.
-        backward_passes_per_step: k, the backward passes accumulated per allreduce and update.
+        settings: an ``exchange.ExchangeSettings`` (allreduce algorithm, op, fusion_bytes, compression,
+            backward_passes_per_step, overflow, overlap, sparse_as_dense, measure_wait: see there), or
+            None for the defaults; any of them may also be given by keyword (``allreduce="tree"``).
         comm: the communicator (default: the one from ``dist.init()``).
         named_parameters: ``model.named_parameters()`` (as Horovod takes it): the ranks then compare the
             parameters' names too, so a model that declares them in another order on one rank fails
             before the first step instead of mixing unrelated gradients.
-        overflow: what a non-finite sum after an fp16 allreduce does: "raise" (a FloatingPointError naming
-            the bucket) or "skip" (print a warning and skip the update, as a loss scaler would).
-        measure_wait: put a barrier before the allreduces so ``timings`` can tell waiting for the slowest
-            rank apart from communication (one extra tiny message round per step).
-        overlap: allreduce each bucket on a communication thread as soon as backward has finished its
-            gradients (overlap.py).
-        sparse_as_dense: Horovod's flag. False (the default): a parameter marked ``sparse_grad``
-            (``nn.Embedding(sparse=True)``'s weight) is exchanged as its non-zero rows, an allgather
-            (sparse_rows.py); True: allreduced whole like the rest. Without compression only.
 
     Attributes:
         timings: ``StepTimings``; ``print(opt.timings)`` shows the last step's compute / wait /
             communication, ``opt.timings.summary()`` their means.
+        timeline: None, or a ``dist.Timeline`` on which each bucket's exchange is drawn.
         buckets: the fusion plan (``fusion.Bucket`` list), fixed by the parameter order.
+        updates: the updates applied so far (the step the ranks agree on, and a timeout names).
     """
 
     def __init__(
         self,
         optimizer: Optimizer,
-        allreduce: str = "ring",
-        op: str = "average",
-        fusion_bytes: int = DEFAULT_FUSION_BYTES,
-        compression: str | None = None,
-        backward_passes_per_step: int = 1,
+        settings: ExchangeSettings | None = None,
+        *,
         comm: Any = None,
-        measure_wait: bool = True,
         named_parameters: Any = None,
-        overflow: str = "raise",
-        overlap: bool = False,
-        sparse_as_dense: bool = False,
+        **options: Any,
     ):
         # No Optimizer.__init__: hyperparameters and state live in the wrapped optimizer (see the properties).
         if not isinstance(optimizer, Optimizer) or isinstance(optimizer, DistributedOptimizer):
             raise TypeError(
                 f"DistributedOptimizer wraps a minidl optimizer (SGD, Adam, ...), got {type(optimizer).__name__}"
             )
-        if op not in OPS:
-            raise ValueError(f"DistributedOptimizer: op must be one of {OPS}, got {op!r}")
-        if int(backward_passes_per_step) != backward_passes_per_step or backward_passes_per_step < 1:
-            raise ValueError(f"backward_passes_per_step must be an integer >= 1, got {backward_passes_per_step!r}")
         self.optimizer = optimizer
         self.comm = get_comm(comm)
-        self.algorithm = check_algorithm(allreduce)
-        self.op = op
-        self.fusion_bytes = int(fusion_bytes)
-        self.compression = _compression.check(compression)
-        self.sparse_as_dense = bool(sparse_as_dense)
-        self.backward_passes_per_step = int(backward_passes_per_step)
-        self.measure_wait = measure_wait
-        if overflow not in ("raise", "skip"):
-            raise ValueError(f"DistributedOptimizer: overflow must be 'raise' or 'skip', got {overflow!r}")
-        self.overflow = overflow
+        self.settings = _settings(settings, options)
         self.names = _names_of(named_parameters, self._params())
-        self.updates = 0  # updates applied (the step a timeout names)
+        self.updates = 0  # updates applied (the step the ranks agree on, and a timeout names)
         self.skipped = 0  # updates skipped after an fp16 overflow (overflow="skip")
-        self._overflowed = False  # this update's fp16 sum was not finite (overflow="skip")
-        self.timings = StepTimings()
+        self.clock = ExchangeClock()
         self.buckets: list[Bucket] = []
-        self._planned_for: tuple[int, ...] = ()
+        self.exchange: Exchange | None = None
+        self._overflowed = False  # this update's fp16 sum was not finite (overflow="skip")
         self._passes = 0  # step() calls since the last update
         self._synchronized = False
-        self._layout_checked = False  # have the ranks confirmed they pack the same buckets?
-        self.overlap = bool(overlap)
-        self.timeline: Any = None  # a minidl.distributed.timeline.Timeline to record each bucket's allreduce
-        self._overlap: BucketOverlap | None = None
+        self._hooked: set[int] = set()  # parameters that carry the overlap hook
         self._plan()
         self._check_ranks_agree()
-        self.timings.restart()
+        self.clock.timings.restart()
+        if self.comm.Get_size() > 1:
+            lockstep.track(self.comm, self)  # the end of the run is agreed on too
 
     def _check_ranks_agree(self, call: str = "DistributedOptimizer") -> None:
         """Every rank must wrap the same model and optimizer with the same settings: a rank with another
@@ -149,18 +122,9 @@ class DistributedOptimizer(Optimizer):
         (``fingerprint.py``); the full table only on a mismatch."""
         if self.comm.Get_size() == 1:
             return
-        # each setting as an integer code: (name, code, decode)
-        settings = [
-            ("allreduce", ALGORITHMS.index(self.algorithm), lambda c: ALGORITHMS[c]),
-            ("op", OPS.index(self.op), lambda c: OPS[c]),
-            ("fusion_bytes", self.fusion_bytes, int),
-            ("compression", int(self.compression is not None), lambda c: "fp16" if c else None),
-            ("backward_passes_per_step", self.backward_passes_per_step, int),
-            ("sparse_as_dense", int(self.sparse_as_dense), bool),
-        ]
         rows = parameter_rows(zip(self.names, self._params())) + optimizer_rows(self.optimizer)
-        with activity(call):
-            check_layout(self.comm, rows, call, settings)
+        with activity(call, step=self.updates):
+            check_layout(self.comm, rows, call, self.settings.codes())
 
     # -- the wrapped optimizer's state is the state
     @property
@@ -194,51 +158,53 @@ class DistributedOptimizer(Optimizer):
     def load_state_dict(self, state_dict: dict[str, Any], cast: bool = False) -> None:
         self.optimizer.load_state_dict(state_dict, cast=cast)
 
-    # -- the fusion plan
+    # -- the instruments
+    @property
+    def timings(self) -> StepTimings:
+        return self.clock.timings
+
+    @property
+    def timeline(self) -> Any:
+        return self.clock.timeline
+
+    @timeline.setter
+    def timeline(self, timeline: Any) -> None:
+        self.clock.timeline = timeline
+
+    # -- the fusion plan and its exchange
     def _params(self) -> list[Tensor]:
         return [p for g in self.optimizer.param_groups for p in g["params"]]
 
     def _plan(self) -> None:
         params = self._params()
         # reverse order of the forward: backward finishes the first bucket first (what overlap needs)
-        rows = not self.sparse_as_dense and self.compression is None  # fp16 rows: not done; allreduced whole
-        self.buckets = plan_buckets(reversed(params), self.fusion_bytes, rows=rows)
+        self.buckets = plan_buckets(reversed(params), self.settings.fusion_bytes, rows=self.settings.rows)
         self._planned_for = tuple(id(p) for p in params)
-        self._layout_checked = False
-        if self.overlap:
-            self._hook_parameters(params)
+        self._layout_checked = False  # have the ranks confirmed they pack the same buckets?
+        if self.exchange is not None:
+            self.exchange.close()
+        self.exchange = make_exchange(self.comm, self.settings, self.buckets, self.clock, self._round)
+        if self.settings.overlap:  # a hook on each parameter tells the exchange when its gradient is final
+            for p in params:
+                if id(p) not in self._hooked:
+                    p.register_post_accumulate_grad_hook(self._param_ready)
+                    self._hooked.add(id(p))
 
-    def _hook_parameters(self, params: list[Tensor]) -> None:
-        """Overlap: a hook on each parameter tells the (re)planned buckets when its gradient is final."""
-        if self._overlap is not None:
-            self._overlap.close()
-        self._overlap = BucketOverlap(self)
-        hooked = getattr(self, "_hooked", set())
-        for p in params:
-            if id(p) not in hooked:
-                p.register_post_accumulate_grad_hook(lambda t: self._overlap and self._overlap.param_ready(t))
-                hooked.add(id(p))
-        self._hooked = hooked
+    def _param_ready(self, p: Tensor) -> None:
+        if self.will_update and self.exchange is not None:  # an accumulating pass communicates nothing
+            self.exchange.param_ready(p)
 
-    def record(self, k: int, began: float, thread: str) -> None:
-        """Bucket k's allreduce, from ``began`` until now, on the timeline (when one is kept: ``--timeline``)."""
-        if self.timeline is not None:
-            bucket = self.buckets[k]
-            args = {"algorithm": self.algorithm, "bytes": int(bucket.nbytes), "tensors": len(bucket.params)}
-            if bucket.rows:  # bytes: the whole table's, which only a dense fallback moves
-                args["exchange"] = "non-zero rows by allgather (whole table when they are over half)"
-            name = "rows exchange" if bucket.rows else "allreduce"
-            self.timeline.add(f"{name} bucket {k}", began, time.perf_counter(), thread, **args)
-
-    def _scale(self) -> float:
-        """What the summed gradients are multiplied by: 1 / (ranks x accumulated passes) for "average"."""
-        return 1.0 / (self.comm.Get_size() * (self._passes + 1)) if self.op == "average" else 1.0
+    def _round(self) -> Round:
+        """This update's step, scale (1 / (ranks x accumulated passes) for "average") and layout check."""
+        s = self.settings
+        scale = 1.0 / (self.comm.Get_size() * (self._passes + 1)) if s.op == "average" else 1.0
+        return Round(self.updates, scale, not self._layout_checked)
 
     # -- accumulation
     @property
     def will_update(self) -> bool:
         """Whether the next ``step()`` call synchronizes and updates (the k-th backward pass)."""
-        return self._passes + 1 >= self.backward_passes_per_step
+        return self._passes + 1 >= self.settings.backward_passes_per_step
 
     @property
     def pending_passes(self) -> int:
@@ -260,49 +226,16 @@ class DistributedOptimizer(Optimizer):
             return
         if not self.will_update:
             raise RuntimeError(
-                f"synchronize() on backward pass {self._passes + 1} of {self.backward_passes_per_step}: gradients "
-                "are allreduced only on the last pass of an update (check opt.will_update)"
+                f"synchronize() on backward pass {self._passes + 1} of {self.settings.backward_passes_per_step}: "
+                "gradients are allreduced only on the last pass of an update (check opt.will_update)"
             )
         if tuple(id(p) for p in self._params()) != self._planned_for:
             self._plan()
-        start = self.timings.mark()  # forward + backward since the last step were compute
-        size = self.comm.Get_size()
-        scale = self._scale()
-        if self._overlap is not None and size > 1:
-            # the buckets launched during backward; what is left now, then wait (exposed communication)
-            with activity("DistributedOptimizer.step", step=self.updates):
-                self._overlap.finish()  # (an fp16 overflow sets self._overflowed from the communication thread)
-            self._layout_checked = True
-        elif size == 1:
-            if scale != 1.0:
-                for p in self._params():
-                    if p.grad is not None:
-                        p.grad *= scale
-        else:
-            with activity("DistributedOptimizer.step", step=self.updates):
-                if self.measure_wait:
-                    self.comm.Barrier()
-                    now = time.perf_counter()
-                    self.timings.add("wait", now - start)
-                    if self.timeline is not None:
-                        self.timeline.add("wait", start, now)
-                    start = now
-                for k, bucket in enumerate(self.buckets):
-                    began = time.perf_counter()
-                    # the first exchange checks that every rank packs the same sizes and dtypes; later ones need not
-                    self._overflowed |= not allreduce_buckets(
-                        [bucket],
-                        self.comm,
-                        self.algorithm,
-                        scale,
-                        self.compression,
-                        check=not self._layout_checked,
-                        overflow=self.overflow,
-                    )
-                    self.record(k, began, "main")
-            self._layout_checked = True
-        self.timings.add("communication", time.perf_counter() - start)
-        self.timings.restart()
+        assert self.exchange is not None
+        with self.clock.exchange(self.updates):
+            finite = self.exchange.run(self._round())
+        self._layout_checked = True
+        self._overflowed = not finite  # overflow="skip": the sum is not finite on any rank, so every rank skips
         self._synchronized = True
 
     def step(self, closure: Callable[[], Any] | None = None) -> bool:
@@ -319,7 +252,7 @@ class DistributedOptimizer(Optimizer):
             self._passes += 1
             return False
         self.synchronize()
-        if self._overflowed:  # overflow="skip": the sum is not finite on any rank, so every rank skips
+        if self._overflowed:
             self.skipped += 1
             self._overflowed = False
         else:
@@ -327,26 +260,29 @@ class DistributedOptimizer(Optimizer):
         self.updates += 1
         self._passes = 0
         self._synchronized = False
-        self.timings.end_step()
+        self.clock.timings.end_step()
         return True
 
     def __repr__(self) -> str:
-        sizes = ", ".join(f"{b.nbytes / 2**20:.2f}" for b in self.buckets)
+        s, sizes = self.settings, ", ".join(f"{b.nbytes / 2**20:.2f}" for b in self.buckets)
         return (
-            f"DistributedOptimizer(allreduce={self.algorithm!r}, op={self.op!r}, compression={self.compression!r}, "
-            f"backward_passes_per_step={self.backward_passes_per_step}, {len(self.buckets)} buckets of [{sizes}] MiB)\n"
+            f"DistributedOptimizer(allreduce={s.allreduce!r}, op={s.op!r}, compression={s.compression!r}, "
+            f"backward_passes_per_step={s.backward_passes_per_step}, {len(self.buckets)} buckets of [{sizes}] MiB)\n"
             f"wrapping {self.optimizer!r}"
         )
 
 
-def average_gradients(params: list[Tensor], algorithm: str = "ring", comm: Any = None) -> None:
-    """Average ``p.grad`` over the ranks for each parameter, in place: one fused allreduce, no optimizer.
-
-    The functional core of ``DistributedOptimizer`` for loops that update parameters themselves.
-    """
-    comm = get_comm(comm)
-    if comm.Get_size() > 1:
-        allreduce_buckets(plan_buckets(params, DEFAULT_FUSION_BYTES), comm, algorithm, 1.0 / comm.Get_size())
+def _settings(settings: ExchangeSettings | None, options: dict[str, Any]) -> ExchangeSettings:
+    """``settings`` (or the defaults) with the keyword ``options`` in place of its fields."""
+    if settings is not None and not isinstance(settings, ExchangeSettings):
+        raise TypeError(
+            f"DistributedOptimizer: the second argument is an exchange.ExchangeSettings, got {type(settings).__name__} "
+            "(give the allreduce algorithm by keyword: allreduce='ring')"
+        )
+    unknown = sorted(set(options) - set(SETTINGS))
+    if unknown:
+        raise TypeError(f"DistributedOptimizer: unknown setting(s) {unknown}; the settings are {list(SETTINGS)}")
+    return dataclasses.replace(settings or ExchangeSettings(), **options)
 
 
 def _names_of(named_parameters: Any, params: list[Tensor]) -> list[str | None]:
@@ -357,4 +293,4 @@ def _names_of(named_parameters: Any, params: list[Tensor]) -> list[str | None]:
     return [by_id.get(id(p)) for p in params]
 
 
-__all__ = ["DistributedOptimizer", "allreduce_buckets", "average_gradients", "DEFAULT_FUSION_BYTES"]
+__all__ = ["DEFAULT_FUSION_BYTES", "DistributedOptimizer"]

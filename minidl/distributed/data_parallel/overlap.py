@@ -1,4 +1,4 @@
-"""Overlap: each bucket's allreduce starts as soon as its gradients are final, while backward goes on.
+"""Step 3 of data parallelism, overlap: each bucket's allreduce starts as soon as its gradients are final, while backward goes on.
 
 Backward produces gradients from the last layer to the first. Without overlap every allreduce waits
 for the whole backward; with it (PyTorch DDP, Horovod), a bucket of gradients is sent the moment its
@@ -18,17 +18,20 @@ How it works here:
   MPI_THREAD_SERIALIZED (mpi4py asks for MPI_THREAD_MULTIPLE by default); this is checked.
 - ``finish()`` (from ``DistributedOptimizer.synchronize``) launches what is left, in order, and waits.
 
+``BucketOverlap`` is only the bookkeeping (which bucket is ready, one thread, in order); the exchange of
+a bucket is given to it (exchange.py's ``DuringBackward`` gives it fusion.py's ``allreduce_buckets``).
+
 The buckets and the per-bucket allreduce are those of the plain path, so the averaged gradients are
 bitwise the same with and without overlap.
 """
 
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from minidl.distributed.data_parallel.fusion import allreduce_buckets
+from minidl.distributed.data_parallel.fusion import Bucket
 from minidl.tensor import Tensor
 
 
@@ -49,44 +52,43 @@ def check_thread_level(comm: Any) -> None:
 
 
 class BucketOverlap:
-    """Launches the buckets of a ``DistributedOptimizer`` as their gradients become final."""
+    """Runs ``exchange(k, *context())`` for bucket k on a communication thread once buckets 0..k are ready.
 
-    def __init__(self, opt: Any):
-        check_thread_level(opt.comm)
-        self.opt = opt
-        self.bucket_of = {id(p): k for k, b in enumerate(opt.buckets) for p in b.params}
+    ``context()`` is called on the main thread when bucket k is launched (what the exchange needs to know
+    of this step: its scale, its number); ``exchange`` then runs on the communication thread.
+    """
+
+    def __init__(
+        self, buckets: list[Bucket], comm: Any, exchange: Callable[..., Any], context: Callable[[], tuple] = tuple
+    ):
+        check_thread_level(comm)
+        self.buckets, self.exchange, self.context = buckets, exchange, context
+        self.bucket_of = {id(p): k for k, b in enumerate(buckets) for p in b.params}
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="minidl-allreduce")
         self._reset()
 
     def _reset(self) -> None:
-        self.ready = [0] * len(self.opt.buckets)
+        self.ready = [0] * len(self.buckets)
         self.launched = 0
         self.futures: list[Future] = []
 
     def param_ready(self, p: Tensor) -> None:
         """The hook: ``p``'s gradient is final for this backward."""
-        if not self.opt.will_update or id(p) not in self.bucket_of:
-            return  # an accumulating pass communicates nothing
+        if id(p) not in self.bucket_of:
+            return
         self.ready[self.bucket_of[id(p)]] += 1
-        buckets = self.opt.buckets
-        while self.launched < len(buckets) and self.ready[self.launched] == len(buckets[self.launched].params):
+        while self.launched < len(self.buckets) and self.ready[self.launched] == len(
+            self.buckets[self.launched].params
+        ):
             self._launch(self.launched)
 
     def _launch(self, k: int) -> None:
         self.launched = k + 1
-        self.futures.append(self.pool.submit(self._allreduce, k, self.opt._scale(), not self.opt._layout_checked))
-
-    def _allreduce(self, k: int, scale: float, check: bool) -> None:
-        began, opt = time.perf_counter(), self.opt
-        if not allreduce_buckets(
-            [opt.buckets[k]], opt.comm, opt.algorithm, scale, opt.compression, check, opt.overflow
-        ):
-            opt._overflowed = True  # overflow="skip": step() skips this update (an fp16 sum that is not finite)
-        opt.record(k, began, "comm")
+        self.futures.append(self.pool.submit(self.exchange, k, *self.context()))
 
     def finish(self) -> None:
-        """Launch the buckets not launched yet, in order, and wait for every allreduce of this step."""
-        while self.launched < len(self.opt.buckets):
+        """Launch the buckets not launched yet, in order, and wait for every exchange of this step."""
+        while self.launched < len(self.buckets):
             self._launch(self.launched)
         try:
             for future in self.futures:

@@ -8,12 +8,21 @@
 
 Per-rank throughput falls as ranks are added ("Deep Learning: massively scaled parallel approach using hybrid supercomputers", 2017: ~15x on 32 nodes) because communication
 and wait grow while compute per rank stays the same; this breakdown shows which one grew.
+
+``ExchangeClock`` is the context a step's exchange runs in: it charges these phases, records each
+bucket on a ``Timeline`` when one is kept (``--timeline``), and names the step for the watchdog
+(``timeout.activity``: a rank that waits past ``MINIDL_COMM_TIMEOUT`` says which step it was in).
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
+
+from minidl.distributed.timeout import activity
 
 PHASES = ("compute", "wait", "communication")
 
@@ -73,3 +82,43 @@ class StepTimings:
 
     def __str__(self) -> str:
         return f"last step: {self._format(self.last)}"
+
+
+class ExchangeClock:
+    """The instruments around a DistributedOptimizer's gradient exchange (none of them changes a number).
+
+    ``timings``: a ``StepTimings``; ``timeline``: None, or a ``minidl.distributed.timeline.Timeline`` on
+    which each bucket's exchange is drawn.
+    """
+
+    def __init__(self) -> None:
+        self.timings = StepTimings()
+        self.timeline: Any = None
+        self._start = 0.0
+
+    @contextlib.contextmanager
+    def exchange(self, step: int) -> Iterator[None]:
+        """One step's exchange: compute until now, communication from now to the end of the block."""
+        self._start = self.timings.mark()  # forward + backward since the last step were compute
+        with activity("DistributedOptimizer.step", step=step):
+            yield
+        self.timings.add("communication", time.perf_counter() - self._start)
+        self.timings.restart()
+
+    def waited(self) -> None:
+        """The ranks have all arrived (a barrier, the step agreement): the time since ``exchange`` began was wait."""
+        now = time.perf_counter()
+        self.timings.add("wait", now - self._start)
+        if self.timeline is not None:
+            self.timeline.add("wait", self._start, now)
+        self._start = now
+
+    def bucket(self, k: int, bucket: Any, algorithm: str, began: float, thread: str) -> None:
+        """Bucket k's exchange, from ``began`` until now, on the timeline (when one is kept)."""
+        if self.timeline is None:
+            return
+        args = {"algorithm": algorithm, "bytes": int(bucket.nbytes), "tensors": len(bucket.params)}
+        if bucket.rows:  # bytes: the whole table's, which only a dense fallback moves
+            args["exchange"] = "non-zero rows by allgather (whole table when they are over half)"
+        name = "rows exchange" if bucket.rows else "allreduce"
+        self.timeline.add(f"{name} bucket {k}", began, time.perf_counter(), thread, **args)
