@@ -14,8 +14,10 @@ Semantics follow MPI:
   on buffering deadlocks here, as it would under MPI for long messages.
 - A message longer than the receive buffer is an error (MPI_ERR_TRUNCATE), raised by the receiver.
 
-Every message is recorded (``Message``: step, source, dest, tag, bytes, arrival), so tests count
-messages and bytes (``traffic``) and tutorials draw the schedule. A ``Request`` is a pending send
+Every point-to-point message is recorded (``Message``: step, source, dest, tag, bytes, arrival),
+on the world and on any ``Dup`` or ``Split`` of it (with world ranks), so tests count messages and
+bytes (``traffic``) and tutorials draw the schedule; the traffic ``Barrier`` and ``Split`` make
+among themselves is not. A ``Request`` is a pending send
 or receive; a completed receive fills a ``Status`` (source, tag, bytes), as mpi4py's do. Steps are logical time (a Lamport clock): each
 completed blocking call (Send, Recv, Sendrecv, Wait, Waitall) moves its rank one step on, and a
 received message also moves it to at least one step after the message's send step. A message sent
@@ -24,6 +26,7 @@ at step s is drawn from (s, source) to (arrival, dest).
 Deadlocks are found exactly: when every rank that has not finished is blocked waiting for
 something no one can deliver, ``simulate`` raises ``DeadlockError`` listing what each rank waits
 on. A rank that never blocks nor finishes (say, spinning on ``Test``) is stopped by ``timeout``.
+Either error keeps the messages sent before it in ``exc.messages``.
 An exception in one rank's ``fn`` is re-raised by ``simulate`` (with a note naming the rank).
 """
 
@@ -170,7 +173,7 @@ class _World:
                 request.message = Message(
                     self.clock[request.owner], request.owner, request.peer, request.tag, request.buf.size
                 )
-                if request.context == _P2P:
+                if request.context == _P2P or request.context > _COLLECTIVE:  # user traffic, on any Dup or Split
                     self.messages.append(request.message)
                     if self.record_data:
                         request.message.data = request.buf.tobytes()
@@ -419,6 +422,12 @@ def traffic(messages: Sequence[Message], nprocs: int, exclude_tags: Sequence[int
     return count, nbytes
 
 
+def _with_record(exc: Exception, world: _World) -> Exception:
+    """A deadlock or timeout keeps the messages sent before it (``exc.messages``), for a report to draw."""
+    exc.messages = list(world.messages)  # type: ignore[attr-defined]
+    return exc
+
+
 def simulate(
     nprocs: int, fn: Callable[..., Any], *args: Any, timeout: float = 60.0, record_data: bool = False
 ) -> SimulationResult:
@@ -461,14 +470,14 @@ def simulate(
             world.abort(reason)
         for t in threads:
             t.join(1.0)
-        raise TimeoutError(reason)
+        raise _with_record(TimeoutError(reason), world)
     if failures:
         rank, exc = failures[0]
         if hasattr(exc, "add_note"):  # Python 3.11+
             exc.add_note(f"(raised on simulated rank {rank} of {nprocs})")
         raise exc
     if world.abort_reason is not None:
-        raise DeadlockError(world.abort_reason)
+        raise _with_record(DeadlockError(world.abort_reason), world)
     out = SimulationResult(results)
     out.messages = world.messages
     out.steps = list(world.clock)

@@ -221,3 +221,17 @@ def test_command_line_under_mpiexec(tmp_path):
     assert run_check(tmp_path, "mine.py:good", "--examples", "10", mpi=3).returncode == 0
     bad = run_check(tmp_path, "mine.py:bad", "--examples", "10", mpi=3)
     assert bad.returncode == 1 and "fails under MPI at p = 3" in bad.stdout
+
+
+def test_a_deadlock_keeps_the_messages_sent_before_it():
+    def half_blocking(comm, x, f):  # a first Sendrecv round that works, then every rank Sends first
+        r, p = comm.Get_rank(), comm.Get_size()
+        tmp = np.empty_like(x)
+        comm.Sendrecv(x, (r + 1) % p, 0, tmp, (r - 1) % p, 0)
+        comm.Send(x, (r + 1) % p, 1)
+        comm.Recv(tmp, (r - 1) % p, 1)
+        return x + tmp
+
+    out = run_case(half_blocking, collectives.testing.Case("allreduce", 3, 2))
+    assert out.failures[0][0] == "completes" and len(out.messages) == 6  # 3 delivered, 3 stuck
+    assert [m.arrival is None for m in out.messages].count(True) == 3
