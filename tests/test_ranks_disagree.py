@@ -204,8 +204,8 @@ def test_6_add_param_group_on_one_rank_does_not_hang():
         train_steps(model, opt, 1)
 
     results = on_every_rank(2, fn)
-    assert all(kind in ("CommTimeoutError", "MismatchError") for kind, _ in results), results
-    assert "add_param_group" in results[1][1], results
+    assert all(kind in ("MismatchError", "StepMismatchError") for kind, _ in results), results  # not a timeout
+    assert "add_param_group" in results[1][1] and "optimizer step 2" in results[1][1], results
 
 
 def test_6_add_param_group_on_every_rank_is_checked():

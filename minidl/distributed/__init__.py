@@ -30,6 +30,13 @@ A complete program (run it with ``mpiexec -n 4 python train.py``)::
 
     dist.run(main)    # an exception on any rank prints with its rank and aborts the job (no hang)
 
+Every rank must take the same optimizer steps. The classic mistake is to evaluate on one rank alone
+(``if dist.rank() == 0: evaluate(model)``) with a collective inside, an allreduce of the metric, say:
+rank 0's allreduce then meets the others' next training step. Each gradient exchange starts by
+agreeing on the step (``lockstep.py``), so this, a rank that runs out of batches early, or an
+``add_param_group`` on one rank ends with the same error on every rank, naming each rank's call and
+step, instead of a silent hang. Evaluate on every rank (each on its share), or without collectives.
+
 Where each scheme lives
 -----------------------
 ``comm.py``             which communicator: ``init``, ``rank``, ``size``, ``barrier``; ``run`` / ``abort_on_error``
@@ -39,6 +46,8 @@ Where each scheme lives
                         ``gather_states``, ``scatter_states``, ``send_state`` / ``recv_state``
 ``checkpoint.py``       ``save_checkpoint`` / ``load_checkpoint``: a resumed run continues bitwise;
                         ``checkpoint_schedule.py``: ``--save-every`` files, pruning, ``--inject-failure``
+``lockstep.py``         every optimizer step, and the end of a run, agreed on by all ranks first: ranks at
+                        different steps raise on every rank, naming each rank's call and step
 ``counting.py``         ``CountingComm``: messages and bytes each rank sends, and to whom
 ``data_parallel/``      the whole model on every rank: ``DistributedOptimizer``, ``allreduce``, fusion,
                         compression, ``StepTimings``, ``DistributedSampler``, ``SyncBatchNorm``, ``LocalSGD``
