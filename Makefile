@@ -18,7 +18,7 @@ MPIEXEC := $(BIN)/mpiexec
 # A hung MPI job must not hang CI: each mpiexec run has a wall-clock limit.
 MPI_TIMEOUT ?= 900
 
-.PHONY: install test test-serial test-mpi tutorials notebooks demo bench lint torch test-openmpi clean
+.PHONY: install test test-serial test-mpi tutorials notebooks demo bench lint torch test-openmpi clean docs docs-check
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -60,6 +60,29 @@ tutorials: install
 notebooks: install
 	MINIDL_QUICK=1 $(BIN)/python tutorials/run_notebooks.py
 
+# The book: README.md, docs/ and every tutorial executed as a notebook (quick mode, figures inline), built by
+# mkdocs-material + mkdocs-jupyter into site/. A notebook is executed again when its tutorial is newer
+# (`make notebooks` executes them all); docs/book.py assembles build/book, mkdocs builds site/.
+DOCS_STAMP := $(VENV)/.docs-stamp
+NOTEBOOKS := $(patsubst tutorials/%.py,tutorials/notebooks/%.ipynb,$(wildcard tutorials/[0-9][0-9]_*.py))
+
+$(DOCS_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[docs]'
+	touch $(DOCS_STAMP)
+
+tutorials/notebooks/%.ipynb: tutorials/%.py | $(STAMP)
+	MINIDL_QUICK=1 $(BIN)/python tutorials/run_notebooks.py $*
+
+docs: $(DOCS_STAMP) $(NOTEBOOKS)
+	$(BIN)/python docs/book.py --out build
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build -q -f build/mkdocs.yml
+	@echo "the book: site/index.html"
+
+# Every page of site/ in headless Chromium (Debian's `chromium`: apt-get install chromium): broken links
+# and images, pages that do not render, notebook cells that raised; screenshots in site-check/.
+docs-check: $(DOCS_STAMP)
+	$(BIN)/python docs/check_site.py --site site --shots site-check
+
 # The main job: data-parallel LSTM language-model training under mpiexec on the generated corpus.
 demo: install
 	$(MPIEXEC) -n $(NP) $(BIN)/python -m minidl.train lm --parallel data --allreduce ring --preset demo
@@ -97,4 +120,4 @@ test-openmpi:
 	done
 
 clean:
-	rm -rf $(VENV) $(OMPI_VENV) tutorials/notebooks tutorials/out *.egg-info .pytest_cache .hypothesis .ruff_cache
+	rm -rf $(VENV) $(OMPI_VENV) tutorials/notebooks tutorials/out *.egg-info .pytest_cache .hypothesis .ruff_cache build site site-check
