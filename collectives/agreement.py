@@ -208,13 +208,20 @@ def parse(row: np.ndarray) -> tuple[np.void, tuple[int, ...] | None]:
     return h, tuple(int(d) for d in row[FIXED.itemsize : FIXED.itemsize + 8 * ndim].view("<i8"))
 
 
+def dtype_label(code: str) -> str:
+    """A header's dtype code in words: "float64", "(float64, int64) pairs" (maxloc's); the code if unknown."""
+    try:
+        dtype = dtype_from_code(code)
+    except (TypeError, ValueError, SyntaxError):  # NumPy parses some strings as Python: any error may come
+        return code
+    if dtype.hasobject:
+        return "object (Python objects, or a minidl Tensor: pass tensor.data)"
+    return f"({dtype['value'].name}, {dtype['index'].name}) pairs" if dtype.names else dtype.name
+
+
 def describe(row: np.ndarray) -> str:
     h, shape = parse(row)
-    dtype = h["dtype"].decode()
-    try:
-        dtype = np.dtype(dtype).name
-    except TypeError:
-        pass
+    dtype = dtype_label(h["dtype"].decode())
     if h["ndim"] == -1 and not h["op"] and h["root"] < 0:
         return h["call"].decode() + _context(row)  # a call that moves no array (a step agreement, a layout check)
     if h["ndim"] == -1:
@@ -264,6 +271,16 @@ def raise_mismatch(table: np.ndarray, problem: str) -> None:
     raise MismatchError(f"{call}: {problem} (every rank raises this error):\n  " + "\n  ".join(lines + notes))
 
 
+def check_sendable(dtype: np.dtype, call: str) -> None:
+    """Refuse Python objects (what np.asarray makes of a minidl Tensor, too): they have no bytes to send.
+    Called after the handshake, where every rank knows the dtypes agree, so that every rank raises it."""
+    if dtype.hasobject:
+        raise TypeError(
+            f"{call}: dtype object (Python objects, or a minidl Tensor) cannot be sent: collectives move NumPy "
+            "arrays of numbers; pass tensor.data for a Tensor"
+        )
+
+
 def agree(comm: Any, x: Any, op: str | None, call: str, root: int = -1, check: bool = True, varying: bool = False):
     """Check that every rank brings the same shape, dtype, op and root; return (flat x, op function).
 
@@ -277,6 +294,7 @@ def agree(comm: Any, x: Any, op: str | None, call: str, root: int = -1, check: b
         raise_unless_agreed(comm, head, handshake(comm, head)[1])
     if not 0 <= root < comm.Get_size() and root != -1:
         raise ValueError(f"{call}: root {root} out of range for {comm.Get_size()} ranks")
+    check_sendable(x.dtype, call)
     f = reduction(op, x.dtype) if op is not None else None
     return x.reshape(-1), f
 
@@ -292,6 +310,7 @@ def checked_reduction(schedule: Callable, call: str, carries_short: bool = False
         x = as_native_array(x)
         shape, flat = x.shape, x.reshape(-1)
         try:
+            check_sendable(x.dtype, call)
             f, error = reduction(op, x.dtype), None
         except (TypeError, ValueError) as e:  # raised after the check, so that it is the same on every rank
             f, error = None, e
@@ -373,11 +392,17 @@ def agree_with_root(comm: Any, x: Any, call: str, root: int, same_as_root: bool)
             or (theirs is not None and row.tobytes() != table[root].tobytes())
         ):
             raise_mismatch(table, "ranks disagree with the root")
-    return shape, _dtype_of(ref)
+    dtype = _dtype_of(ref)
+    check_sendable(dtype, call)
+    return shape, dtype
 
 
 def _dtype_of(h: np.void) -> np.dtype:
-    code = h["dtype"].decode()
+    return dtype_from_code(h["dtype"].decode())
+
+
+def dtype_from_code(code: str) -> np.dtype:
+    """The dtype that ``dtype_code`` wrote as ``code``."""
     if not code.startswith("("):
         return np.dtype(code)
     value, index = code[1 : code.index(")")].split(",")

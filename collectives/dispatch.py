@@ -6,11 +6,17 @@ it validates the arguments, checks that every rank brings the same call, shape, 
 its shape. The algorithm files themselves know nothing of the check.
 
 "auto" takes the algorithm the cost model predicts fastest (auto.py, ``choose_algorithm``).
+
+Where a collective has a choice of algorithm (allreduce, reduce_scatter, allgather, alltoall), the
+name in the agreement header is "algorithm.collective": ranks that pick different schedules, whose
+messages would not match (a hang, a truncation or a wrong answer), get a MismatchError instead. The
+others (reduce, broadcast, gather, scatter, barrier, scan, exscan, the v-collectives) have one
+schedule each. An algorithm no one knows is checked like any other first, then refused on every rank.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -48,8 +54,13 @@ def allreduce(comm: Any, x: Any, op: str = "sum", algorithm: str = "auto", check
 
     ``algorithm``: "auto" (chosen by the cost model), "naive", "tree", "ring", "recursive_doubling"
     or "rabenseifner". ``x`` is never modified; every rank gets bitwise the same result. Integer sums
-    and products that overflow wrap round modulo 2^bits, as NumPy's and MPI's do (common.py). With
-    ``check=False`` the agreement check on shape/dtype/op is skipped (only when you know they agree).
+    and products that overflow wrap round modulo 2^bits, as NumPy's and MPI's do (common.py).
+
+    ``check=False`` skips the agreement check on shape, dtype, op and algorithm: it saves the handshake,
+    (log2 p' + 2d) latencies of ~100 bytes (agreement.py), worth it only for vectors of a few KiB. The price:
+    nothing compares the ranks' arrays any more, so ranks that disagree get what MPI gives them: at p = 2
+    unequal sizes give one rank a result of its own shape built from a short message (wrong, no error) and
+    the other "message truncated"; at larger p a hang is possible. Every rank must pass the same ``check``.
     """
     if check and type(x) is np.ndarray and algorithm in ("auto", "recursive_doubling"):
         out = fastpath.allreduce(comm, x, op, algorithm == "auto")  # short and checked: fastpath.py
@@ -59,8 +70,15 @@ def allreduce(comm: Any, x: Any, op: str = "sum", algorithm: str = "auto", check
         algorithm = auto_algorithm(comm.Get_size(), x.nbytes if isinstance(x, np.ndarray) else np.asarray(x).nbytes)
     run = ALLREDUCE.get(algorithm)
     if run is None:
-        raise ValueError(f"unknown allreduce algorithm {algorithm!r}: expected auto or one of {list(ALLREDUCE)}")
+        unknown(comm, x, algorithm, "allreduce", f"auto or one of {list(ALLREDUCE)}", check)
     return run(comm, x, op, check)
+
+
+def unknown(comm: Any, x: Any, algorithm: str, collective: str, expected: str, check: bool = True) -> NoReturn:
+    """Refuse ``algorithm`` on every rank: checked like a known one first (a rank that names another
+    algorithm gets the MismatchError every rank gets, instead of waiting for this one), then refused."""
+    agree(comm, x, None, f"{algorithm}.{collective}", check=check)
+    raise ValueError(f"unknown {collective} algorithm {algorithm!r}: expected {expected}")
 
 
 def reduce(comm: Any, x: Any, op: str = "sum", root: int = 0) -> np.ndarray | None:
@@ -94,7 +112,7 @@ def reduce_scatter(comm: Any, x: Any, op: str = "sum", algorithm: str = "ring", 
     """
     impl = {"ring": ring.reduce_scatter, "recursive_halving": rabenseifner.reduce_scatter}
     if algorithm not in impl:
-        raise ValueError(f"unknown reduce_scatter algorithm {algorithm!r}: expected 'ring' or 'recursive_halving'")
+        unknown(comm, x, algorithm, "reduce_scatter", "'ring' or 'recursive_halving'")
     call = f"{algorithm}.reduce_scatter" + ("" if counts is None else "v")  # another header: no mixing the two
     if counts is None:
         flat, f = agree(comm, x, op, call)
@@ -113,7 +131,7 @@ def allgather(comm: Any, x: Any, algorithm: str = "ring") -> np.ndarray:
     (fold.allgather_blocks: log2 p steps of doubling size, + 2 when p is not a power of two).
     """
     if algorithm not in ("ring", "recursive_doubling"):
-        raise ValueError(f"unknown allgather algorithm {algorithm!r}: expected 'ring' or 'recursive_doubling'")
+        unknown(comm, x, algorithm, "allgather", "'ring' or 'recursive_doubling'")
     shape = np.shape(x)
     x, _ = agree(comm, x, None, f"{algorithm}.allgather")
     rank, p, m = comm.Get_rank(), comm.Get_size(), x.size
@@ -164,23 +182,25 @@ def alltoall(comm: Any, x: Any, algorithm: str = "auto", check: bool = True) -> 
     """Row j of every rank's ``x`` (shape (p, ...), the same on all) goes to rank j: out[i] = rank i's x[r].
 
     ``algorithm``: "pairwise" (p - 1 rounds, each block sent once), "bruck" (ceil(log2 p) rounds,
-    blocks forwarded) or "auto": Bruck for blocks of at most 256 bytes, as MPICH.
+    blocks forwarded) or "auto": Bruck for blocks of at most 256 bytes, as MPICH. The shape is
+    checked after the agreement check, so a rank with the wrong number of rows is named on every rank.
     """
     shape = np.shape(x)
     p = comm.Get_size()
+    if algorithm == "auto":
+        row_bytes = int(np.prod(shape[1:])) * np.asarray(x).dtype.itemsize if len(shape) else 0
+        algorithm = "bruck" if row_bytes <= 256 else "pairwise"
+    if algorithm not in ("bruck", "pairwise"):
+        unknown(comm, x, algorithm, "alltoall", "'auto', 'pairwise' or 'bruck'", check)
+    flat, _ = agree(comm, x, None, f"{algorithm}.alltoall", check=check)
     if len(shape) == 0 or shape[0] != p:
         raise ValueError(f"alltoall: x must have shape ({p}, ...) for {p} ranks, got {shape}")
-    flat, _ = agree(comm, x, None, "alltoall", check=check)
     m = flat.size // p
-    if algorithm == "auto":
-        algorithm = "bruck" if m * flat.itemsize <= 256 else "pairwise"
     if algorithm == "bruck":
         out = exchange.bruck(wire(comm, flat.dtype), flat, m)
-    elif algorithm == "pairwise":
+    else:
         b = [r * m for r in range(p + 1)]
         out = exchange.pairwise(wire(comm, flat.dtype), flat, b, b)
-    else:
-        raise ValueError(f"unknown alltoall algorithm {algorithm!r}: expected 'auto', 'pairwise' or 'bruck'")
     return out.reshape(shape)
 
 

@@ -28,6 +28,7 @@ from collectives.agreement import (
     MismatchError,
     agree_with_root,
     as_native_array,
+    check_sendable,
     handshake,
     header_bytes,
     raise_unless_agreed,
@@ -42,13 +43,15 @@ def _counts_in_handshake(comm: Any, dtype: np.dtype, call: str, mine: np.ndarray
     """Check that every rank calls ``call`` with this dtype; return the sum over ranks of ``mine`` (int64)."""
     head = header_bytes(None, dtype, "", call)
     if comm.Get_size() == 1:
-        return mine
-    if mine.nbytes <= INLINE:
+        total = mine
+    elif mine.nbytes <= INLINE:
         total, agreed = handshake(comm, head, mine, np.add)
         raise_unless_agreed(comm, head, agreed)
-        return total
-    raise_unless_agreed(comm, head, handshake(comm, head)[1])
-    return recursive_doubling.allreduce(comm, mine, np.add)
+    else:
+        raise_unless_agreed(comm, head, handshake(comm, head)[1])
+        total = recursive_doubling.allreduce(comm, mine, np.add)
+    check_sendable(dtype, call)  # the dtypes agree: every rank raises it alike
+    return total
 
 
 def _bad_counts(counts: Any, p: int, n: int) -> bool:

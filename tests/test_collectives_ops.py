@@ -6,6 +6,7 @@ import zlib
 
 import numpy as np
 import pytest
+from helpers.ranks import errors_on_every_rank
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes
@@ -16,22 +17,6 @@ from collectives.testing import rank_data
 
 INTS = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"]
 ALLREDUCE = collectives.ALGORITHMS + ("auto",)
-
-
-def errors_on_every_rank(p, fn, exc_type):
-    """Run fn on p ranks; every rank must raise exc_type with the same message, which is returned."""
-
-    def guarded(comm):
-        try:
-            fn(comm)
-        except exc_type as e:
-            return e
-        return None
-
-    res = collectives.simulate(p, guarded, timeout=20)
-    assert all(isinstance(e, exc_type) for e in res), res
-    assert len({str(e) for e in res}) == 1
-    return str(res[0])
 
 
 def reference(op, arrays):
