@@ -1,8 +1,10 @@
-"""2-D convolution (cross-correlation, as in every framework), NCHW, via im2col and one matrix product.
+"""2-D convolution (cross-correlation, as in every framework), NCHW: the textbook im2col version, and the
+three faster ones that ``conv2d``'s default runs for most layers.
 
     out[n, o, oh, ow] = b[o] + sum_{c, i, j} W[o, c, i, j] * x_pad[n, c, s*oh + i, s*ow + j]
 
-With cols = im2col(x) viewed as [N, K, P] (K = C*kh*kw, P = OH*OW) and W as [O, K]:
+The textbook version, im2col (``Conv2dFunction``, this file). With cols = im2col(x) viewed as
+[N, K, P] (K = C*kh*kw, P = OH*OW) and W as [O, K]:
 
     forward:   out[n]  = W @ cols[n]                    (one batched matmul; lands in NCHW order)
     backward:  dW      = sum_n dout[n] @ cols[n]^T      [O, K]
@@ -14,12 +16,25 @@ NCHW with no transpose of the large arrays; np.matmul runs it as one BLAS GEMM p
 With ``groups`` G, W is [G, O/G, K/G] and cols [N, G, K/G, P]: a matmul batched over samples and
 groups. Dilation d spreads the taps (tap (i, j) reads x_pad[.., d*i + s*oh, d*j + s*ow]).
 
-Four algorithms compute the same thing (tests check each against the others and a direct loop):
-"im2col" (this file; any options), "implicit" (conv_implicit.py: stride 1, no im2col copy, fastest
-for few channels), "polyphase" (conv_polyphase.py: a strided convolution as stride-1 ones over the
-input's phases, no im2col copy; no dilation or groups) and "gemm" (conv_gemm.py: one matrix product
-over the whole batch, fastest when K = C*kh*kw is large and the images small, as in a ResNet's deep
-stages).
+Which one runs. ``conv2d(method="auto")``, the default, picks by shape (``choose_method``; the choice
+was measured with ``benchmarks/cnn.py --layers``):
+
+    1x1 kernel, one group                                     "im2col"     (here: its im2col is the input
+                                                                            itself, or a subsample)
+    stride 1, no dilation, one group, padding < kernel,       "implicit"   (conv_implicit.py: shifted
+      K = C*kh*kw < 1024                                                    products, no im2col copy)
+    strided, no dilation, one group, K < 1024                 "polyphase"  (conv_polyphase.py: stride-1
+                                                                            convolutions over the phases)
+    anything else (K >= 1024, dilation, groups)               "gemm"       (conv_gemm.py: one product over
+                                                                            the whole batch)
+
+So every 3x3 layer of ResNet-20 (K = 144 to 576) runs "implicit" (stride 1) or "polyphase" (stride 2),
+the deep 3x3 layers of a ResNet-50 run "gemm", and the im2col code above runs by default only for the
+1x1 layers, or when asked for (``method="im2col"``). It stays the reference the others are tested
+against: tests/test_conv.py checks every method against a direct loop and by gradcheck, and the fast
+ones against im2col at ResNet-like sizes in float32 (``test_implicit_and_im2col_agree_float32``);
+tests/test_conv_polyphase.py checks polyphase against im2col, tests/test_conv_options.py the options
+(dilation, groups, padding) for "im2col", "gemm" and "auto" against a direct loop.
 """
 
 from __future__ import annotations

@@ -12,7 +12,9 @@ PyTorch's order i, f, g, o::
 version to read. ``LSTM`` is a list of ``LSTMLayer`` modules, each running the whole sequence with
 ``nn.lstm_kernel.LSTMFunction``, whose backward through time is derived by hand: the version to train
 with. A model can be cut between layers (layer-wise and pipeline parallelism hold a few layers each).
-Tests check that the fused and composed versions agree to 1e-6 in float64, and both against PyTorch.
+``nn.LSTM`` and ``nn.LSTMLayer`` always run the fused kernel; ``LSTMCell`` always the composed ops.
+tests/test_lstm.py checks that the two agree to 1e-6 in float64 (``test_fused_matches_composed_*``, any
+shape by hypothesis), tests/test_lstm_torch.py both against PyTorch.
 """
 
 from __future__ import annotations
