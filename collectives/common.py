@@ -61,6 +61,15 @@ TAG_BARRIER = 11  # dissemination barrier (barrier.py)
 TAG_ALLTOALL = 12  # pairwise exchange and Bruck's alltoall (alltoall.py)
 TAG_SCAN = 13  # recursive-doubling prefix (scan.py)
 TAG_COUNTS = 14  # the counts of the v-collectives (varying.py)
+PHASES = {  # the phase of an allreduce a message belongs to, by its tag (explain's tables, the diagrams' colours)
+    TAG_FOLD: "fold",
+    TAG_GATHER: "gather",
+    TAG_REDUCE: "reduce",
+    TAG_BCAST: "broadcast",
+    TAG_REDUCE_SCATTER: "reduce-scatter",
+    TAG_ALLGATHER: "allgather",
+    TAG_EXCHANGE: "exchange",
+}
 
 
 def reduction(op: str, dtype: np.dtype) -> Op:

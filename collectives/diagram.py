@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from collectives import common
-from collectives.walkthrough import PHASES
+from collectives.common import PHASES
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -17,16 +17,7 @@ from typing import IO, Any
 import numpy as np
 
 from collectives.algorithms import naive, rabenseifner, recursive_doubling, ring, tree
-from collectives.common import (
-    TAG_ALLGATHER,
-    TAG_BCAST,
-    TAG_EXCHANGE,
-    TAG_FOLD,
-    TAG_GATHER,
-    TAG_REDUCE,
-    TAG_REDUCE_SCATTER,
-    block_bounds,
-)
+from collectives.common import PHASES, block_bounds
 from collectives.inprocess import Message, simulate
 
 SCHEDULES = {
@@ -35,15 +26,6 @@ SCHEDULES = {
     "ring": ring.allreduce,
     "recursive_doubling": recursive_doubling.allreduce,
     "rabenseifner": rabenseifner.allreduce,
-}
-PHASES = {
-    TAG_FOLD: "fold",
-    TAG_GATHER: "gather",
-    TAG_REDUCE: "reduce",
-    TAG_BCAST: "broadcast",
-    TAG_REDUCE_SCATTER: "reduce-scatter",
-    TAG_ALLGATHER: "allgather",
-    TAG_EXCHANGE: "exchange",
 }
 
 
