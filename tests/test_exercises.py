@@ -56,6 +56,7 @@ WRONG = [
     ("recursive_doubling", "rem = p - pof2", "rem = 0", ""),
     ("one_f_one_b", "warmup = min(num_stages - stage - 1, num_micro)", "warmup = num_micro", "warm-up"),
     ("average_gradients", "weight = count / total", "weight = 1 / comm.Get_size()", "one process"),
+    ("average_gradients", "np.zeros_like(p.data) if p.grad is None else p.grad", "p.grad", "runs"),  # no samples
     ("zero1", "np.zeros(self.hi - self.lo)", "np.zeros(n)", "state sharded"),
 ]
 

@@ -77,8 +77,8 @@ def _lstm_cases(tier: str, seed: int) -> list[tuple[int, int, int, bool, int]]:
     if tier == "check":
         return [(*s, dc, k) for k, s in enumerate(LSTM_SIZES) for dc in (False, True)]
     rng = np.random.default_rng(seed)
-    sizes = sorted(tuple(int(v) for v in rng.integers(1, 9, 3)) for _ in range(6))
-    return [(*s, True, int(seed) + k) for k, s in enumerate(sizes)]
+    sizes = sorted((int(b), int(i), int(h)) for b, i, h in rng.integers(1, 9, (6, 3)))
+    return [(b, i, h, True, int(seed) + k) for k, (b, i, h) in enumerate(sizes)]
 
 
 def _lstm_inputs(B: int, I: int, H: int, k: int) -> list[np.ndarray]:

@@ -106,7 +106,8 @@ def digest_schedule(module: ModuleType, seed: int) -> str:
 
 def _linear(weights: tuple[np.ndarray, np.ndarray]) -> nn.Linear:
     model = nn.Linear(weights[0].shape[1], weights[0].shape[0], dtype=np.float64)
-    model.weight.data[...], model.bias.data[...] = weights
+    model.weight.data[...] = weights[0]
+    model.bias.data[...] = weights[1]  # type: ignore[union-attr]  # bias=True
     return model
 
 
@@ -135,17 +136,18 @@ def _dp_run(module: ModuleType, p: int, N: int, k: int) -> tuple[list[np.ndarray
         _mse_grads(model, x[idx], y[idx])
         params = list(model.parameters())
         module.average_gradients(comm, params, len(idx))
-        return [p_.grad for p_ in params]
+        return [np.asarray(p_.grad) for p_ in params]
 
     pow2 = lambda c: c & (c - 1) == 0
     exact = pow2(N) and all(pow2(len(s)) for s in shards)  # 0 counts as one
-    return [one.weight.grad, one.bias.grad], list(collectives.simulate(p, rank)), exact
+    grads = [np.asarray(p_.grad) for p_ in one.parameters()]  # weight, bias
+    return grads, list(collectives.simulate(p, rank)), exact
 
 
 def _dp_cases(tier: str, seed: int) -> list[tuple[int, int, int]]:
     """(p, N, seed), smallest first: equal shards, unequal ones, a rank with no samples."""
     if tier == "check":
-        grid = [(1, 1), (1, 4), (2, 2), (2, 4), (2, 3), (4, 4), (3, 6), (3, 4), (4, 2), (4, 8), (5, 7)]
+        grid = [(1, 1), (1, 4), (2, 2), (2, 3), (2, 4), (3, 4), (3, 6), (4, 2), (4, 4), (4, 8), (5, 7)]
         return [(p, N, k) for k, (p, N) in enumerate(grid)]
     rng = np.random.default_rng(seed)
     grid = sorted({(int(rng.integers(1, 9)), int(rng.integers(1, 40))) for _ in range(8)})

@@ -171,12 +171,14 @@ def _run(ex: Exercise, path: Path, tier: str, seed: int) -> Outcome:
         )
     except NotImplementedError as e:
         return _not_implemented(e, path)
-    except Exception as e:  # noqa: BLE001  (the student's code raised: say where, in their file)
-        e = unwrap(e)
-        if isinstance(e, NotImplementedError):
-            return _not_implemented(e, path)
-        where = "".join(traceback.format_list(_student_frames(e, path))) or "  (outside your file)\n"
-        text = f"FAIL {ex.name}: property 'runs' broke: {type(e).__name__}: {e}\n{where.rstrip()}"
+    except Exception as raised:  # noqa: BLE001  (the student's code raised: say where, in their file)
+        inner = unwrap(raised)
+        if isinstance(inner, NotImplementedError):
+            return _not_implemented(inner, path)
+        where = "".join(traceback.format_list(_student_frames(inner, path))) or "  (outside your file)\n"
+        case = getattr(raised, "exercise_case", None)
+        text = f"FAIL {ex.name}: property 'runs' broke: {type(inner).__name__}: {inner}\n"
+        text += (f"  smallest case: {case}\n" if case else "") + where.rstrip()
         return Outcome(False, text, "runs")
     return Outcome(True, f"PASS {ex.name} ({tier})")
 
@@ -192,14 +194,19 @@ def _indent(text: str) -> str:
 def first_failure(cases: Iterable[Any], check_one: Callable[[Any], None], describe: Callable[[Any], str]) -> None:
     """Run ``check_one`` on each case in order (smallest first); re-raise its ``Broke`` naming the case.
 
-    ``check_one`` raises ``Broke`` with an empty case; any other exception is left to ``run``, except a
-    ``NotImplementedError``, which stops at once.
+    ``check_one`` raises ``Broke`` with an empty case; any other exception is left to ``run``, tagged with
+    the case (``exercise_case``) that raised it.
     """
     for case in cases:
         try:
             check_one(case)
         except Broke as b:
             raise Broke(b.prop, describe(case), b.detail) from b.__cause__
+        except NotImplementedError:
+            raise
+        except Exception as e:  # the student's code raised: ``run`` reports it with this case
+            e.exercise_case = describe(case)  # type: ignore[attr-defined]
+            raise
 
 
 def canonical(*arrays: Any) -> str:

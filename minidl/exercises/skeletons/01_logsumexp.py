@@ -32,7 +32,7 @@ class LogSumExp(Function):
         """x [..., n] -> y [...]. Save what backward needs with ``self.save_for_backward(...)``."""
         raise NotImplementedError("exercise: LogSumExp.forward")
 
-    def backward(self, g: np.ndarray) -> np.ndarray:
+    def backward(self, g: np.ndarray) -> np.ndarray:  # type: ignore[override]  # one output, one gradient
         """g [...], the gradient of the loss with respect to y -> the gradient with respect to x [..., n].
         What forward saved is in ``self.saved_tensors`` (a tuple)."""
         raise NotImplementedError("exercise: LogSumExp.backward")
