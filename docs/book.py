@@ -5,7 +5,7 @@ The book is made of what the repository already holds, so nothing is written twi
 - README.md is the front page (``index.md``); ``docs/*.md`` are the guide's pages;
 - each executed tutorial notebook (``tutorials/notebooks/NN_topic.ipynb``, from ``make notebooks``)
   is a chapter, with a header naming its command, its source and the algorithm pages it runs;
-- every source file a page names (a Markdown link or a backticked path such as ``collectives/ring.py``)
+- every source file a page names (a Markdown link or a backticked path such as ``collectives/algorithms/ring.py``)
   gets a code page, and so does every algorithm page of ``collectives``.
 
 Links are rewritten on the way, so a page reads the same on GitHub and in the book: a link to a
@@ -92,7 +92,7 @@ class Book:
     def link(self, target: str, here: Path, urls: bool = False) -> str:
         """Rewrite one link target written on the repository page ``here`` (a repository path).
 
-        Markdown pages link to pages (``../code/collectives/ring.py.md``: mkdocs turns that into a URL);
+        Markdown pages link to pages (``../code/collectives/algorithms/ring.py.md``: mkdocs turns that into a URL);
         notebooks (``urls=True``) must link to the URL itself, since their Markdown is rendered by nbconvert.
         """
         if re.match(r"^[a-z]+:|^#|^/", target):
