@@ -7,6 +7,7 @@ docstring names (tests/test_kit_catalogue.py checks that the kit finds each).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -175,3 +176,23 @@ def empty_blocks_skipped(comm: Any, x: np.ndarray, f: Op) -> np.ndarray:
     Whenever every block has an element (n >= p) nothing is skipped and the result is right.
     """
     return ring.allreduce(_SkipEmptySends(comm), x, f)
+
+
+class _PollingSendrecv(_Wrapped):
+    """The student's overlapped Sendrecv: post both requests, then poll them (work could go in the loop),
+    with the receive posted from ``dest``, the peer it sends to, instead of ``source``."""
+
+    def Sendrecv(self, sendbuf: Any, dest: int, sendtag: int, recvbuf: Any, source: int, recvtag: int) -> None:
+        requests = [self.comm.Irecv(recvbuf, dest, recvtag), self.comm.Isend(sendbuf, dest, sendtag)]
+        while not all([r.Test() for r in requests]):
+            time.sleep(0.001)  # (a polite poll: the loop yields the CPU)
+
+
+def polls_wrong_peer(comm: Any, x: np.ndarray, f: Op) -> np.ndarray:
+    """A hang that is not a deadlock: each ring step polls its two requests with Test, and the receive
+    names the right neighbour, who never sends to this rank.
+
+    No rank ever blocks in a call, so no deadlock can be detected: only a timeout ends it. At p = 2
+    both neighbours are the same rank and the result is right; from p = 3 every rank spins forever.
+    """
+    return ring.allreduce(_PollingSendrecv(comm), x, f)
