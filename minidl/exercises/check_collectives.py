@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 import collectives
+from collectives.testing import PropertyFailure, check
 from minidl.exercises.core import Broke, canonical, first_failure
 
 # hypothesis examples per tier; tests/test_exercises.py lowers them to stay fast
@@ -27,8 +28,6 @@ DIAGRAM: str | None = None  # where the kit draws a failure's space-time diagram
 
 def _kit(fn: Callable[..., Any], collective: str, tier: str, seed: int) -> None:
     """The kit's properties (result, same bits, inputs untouched, shape and dtype, completes), shrunk."""
-    from collectives.testing import PropertyFailure, check
-
     try:
         check(fn, collective=collective, max_ranks=MAX_RANKS, examples=EXAMPLES[tier], seed=seed, diagram=DIAGRAM)
     except PropertyFailure as e:

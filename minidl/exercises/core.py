@@ -126,14 +126,14 @@ def _function_of(exc: BaseException, path: Path) -> str:
 
 
 def unwrap(exc: BaseException) -> BaseException:
-    """The student's own exception inside one a harness wrapped (``__cause__`` / ``__context__`` chain)."""
-    seen = set()
-    while id(exc) not in seen and not isinstance(exc, NotImplementedError):
-        seen.add(id(exc))
-        inner = exc.__cause__ or exc.__context__
-        if inner is None:
-            break
-        exc = inner
+    """A NotImplementedError anywhere in ``exc``'s chain (a harness may have wrapped it), else ``exc``."""
+    seen: set[int] = set()
+    inner: BaseException | None = exc
+    while inner is not None and id(inner) not in seen:
+        if isinstance(inner, NotImplementedError):
+            return inner
+        seen.add(id(inner))
+        inner = inner.__cause__ or inner.__context__
     return exc
 
 
