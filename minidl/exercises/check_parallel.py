@@ -35,8 +35,9 @@ def _schedule_cases(tier: str, seed: int) -> list[tuple[int, int]]:
 def _stage_rules(ops: Any, m: int, p: int, s: int) -> None:
     """One stage's order against the rules of 1F1B, the first broken rule raised."""
     where = f"stage {s}: "
-    if not isinstance(ops, list) or not all(isinstance(o, tuple) and len(o) == 2 for o in ops):
-        raise Broke("returns", "", where + f"expected a list of (kind, micro) tuples, got {ops!r:.200}")
+    well_formed = lambda o: isinstance(o, tuple) and len(o) == 2 and o[0] in (FORWARD, BACKWARD)
+    if not isinstance(ops, list) or not all(well_formed(o) and isinstance(o[1], int | np.integer) for o in ops):
+        raise Broke("returns", "", where + f'expected a list of ("F" or "B", micro-batch) tuples, got {ops!r:.200}')
     want = sorted([(FORWARD, i) for i in range(m)] + [(BACKWARD, i) for i in range(m)])
     if sorted(ops) != want:
         raise Broke("every op once", "", where + f"expected F(i) and B(i) once each for i < {m}, got {ops}")
@@ -44,9 +45,10 @@ def _stage_rules(ops: Any, m: int, p: int, s: int) -> None:
         order = [i for k, i in ops if k == kind]
         if order != list(range(m)):
             raise Broke("in order", "", where + f"the {kind}s must run in micro-batch order, got {order}")
+    for i in range(m):
+        if ops.index((FORWARD, i)) > ops.index((BACKWARD, i)):
+            raise Broke("forward before backward", "", where + f"B({i}) runs before F({i}): {ops}")
     first_b = ops.index((BACKWARD, 0))
-    if ops.index((FORWARD, 0)) > first_b:
-        raise Broke("forward before backward", "", where + f"B(0) at position {first_b} runs before F(0)")
     w = min(p - s - 1, m)
     if first_b != min(w + 1, m):
         raise Broke(
