@@ -5,6 +5,7 @@ hints, not imports at run time, and are left out).
 """
 
 import ast
+import functools
 import inspect
 import pathlib
 
@@ -42,6 +43,7 @@ def _imports(path: pathlib.Path, modules: set[str] = frozenset()) -> set[str]:
     return {m for m in found if m.split(".")[0] in ("minidl", "collectives")}
 
 
+@functools.cache  # read once for all the tests (about 3 s)
 def _graph() -> dict[str, set[str]]:
     files = {_module_name(p): p for package in PACKAGES for p in package.rglob("*.py")}
     return {name: {m for m in _imports(p, set(files)) if m in files and m != name} for name, p in files.items()}
