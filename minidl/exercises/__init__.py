@@ -28,7 +28,7 @@ The exercises come in the order the tutorials teach them, and each needs only th
 A failure names the property that broke and the smallest case that breaks it (for exercises 3 to 5 the
 kit's shrunk report, with the messages of the failing run); an unwritten function is reported as "not
 implemented yet: <function>". ``--submit`` runs inputs drawn from a fresh random seed and hidden cases
-whose expected outputs are stored only as SHA-256 hashes (hidden.py), so a solution tuned to the visible
+whose expected outputs are stored only as SHA-256 hashes (hashes.py), so a solution tuned to the visible
 cases is found out. No checker imports a solution: the oracles are minidl's own tools.
 """
 

@@ -6,8 +6,13 @@ that breaks. ``run`` wraps it: a ``NotImplementedError`` becomes "not implemente
 other exception the student's code raises becomes the property "runs" with the lines of the student's
 file it went through (never a whole traceback).
 
-The hidden tier (``--submit``) hashes the canonical text of an output (``digest``): floats to 8
-significant digits, so a correct solution that adds in another order still matches; integers exactly.
+The hidden tier of ``--submit``: ``Exercise.digest(module, seed)`` runs the student's code on an input
+made from each of the fixed ``SEEDS`` (other sizes and values than the visible checks use) and returns the
+canonical text of the output (``canonical``: floats to 8 significant digits, so a correct solution that
+adds in another order still matches; integers exactly). Only the SHA-256 of the reference solution's
+text is stored (hashes.py), never the expected values, so a solution tuned to the visible cases is found
+out without the answer being in the repository. tests/test_exercises.py regenerates the hashes from the
+reference solutions and compares them with the stored ones.
 """
 
 from __future__ import annotations
@@ -25,10 +30,13 @@ from typing import Any
 
 import numpy as np
 
+from minidl.exercises.hashes import HIDDEN
+
 HERE = Path(__file__).resolve().parent
 SKELETONS, SOLUTIONS = HERE / "skeletons", HERE / "solutions"
 WORKSPACE = Path("exercises")  # the student's copies, relative to the directory the command runs in
 TIERS = ("check", "submit", "hidden")
+SEEDS = (20261125, 31337, 4242)  # the hidden cases' seeds
 
 
 class Broke(AssertionError):
@@ -45,7 +53,7 @@ class Exercise:
 
     ``checker`` names, as "module:check_function:digest_function" in minidl.exercises, the functions
     ``check(module, tier, seed)``, which raises ``Broke``, and ``digest(module, seed)``, which returns the
-    canonical text of the output on the hidden input made from ``seed`` (hashed, see hidden.py). They are
+    canonical text of the output on the hidden input made from ``seed`` (hashed, see hashes.py). They are
     imported when used, so that ``list`` and one exercise's check need none of the others' imports.
     """
 
@@ -157,8 +165,6 @@ def _run(ex: Exercise, path: Path, tier: str, seed: int) -> Outcome:
         module = load(path)
         require(module, ex.functions)
         if tier == "hidden":
-            from minidl.exercises.hidden import check_hidden  # hidden imports this module
-
             check_hidden(ex, module)
         else:
             ex.check(module, tier, seed)
@@ -245,3 +251,18 @@ def expect_close(name: str, got: Any, want: np.ndarray, prop: str, atol: float =
         raise Broke("shape", "", f"{name}: expected shape {want.shape}, got {got.shape}")
     if not np.allclose(got, want, atol=atol, rtol=rtol, equal_nan=False):
         raise Broke(prop, "", describe_array(name, got, want, atol, rtol))
+
+
+def check_hidden(ex: Exercise, module: ModuleType) -> None:
+    """Raise Broke at the first hidden case whose output's hash differs from the stored one."""
+    stored = HIDDEN.get(ex.name)
+    if stored is None or len(stored) != len(SEEDS):
+        raise RuntimeError(f"exercises: no hidden hashes for {ex.name}; run `python -m minidl.exercises hashes`")
+    for k, (seed, want) in enumerate(zip(SEEDS, stored), start=1):
+        if sha256(ex.digest(module, seed)) != want:
+            raise Broke(
+                "hidden output",
+                f"hidden case {k} of {len(SEEDS)} (made from seed {seed})",
+                "the output differs from the expected one (only its SHA-256 is stored): the visible checks pass,\n"
+                "so look for a case they do not cover (the docstring's math, sizes, values)",
+            )
