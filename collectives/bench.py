@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from typing import Any
@@ -31,9 +32,9 @@ import numpy as np
 import collectives
 from collectives import cost
 from collectives.agreement import INLINE
+from collectives.bench_plan import DEFAULT_BUDGET_S, EXIT_INTERRUPTED, Budget, describe, free_memory, machine_sizes
 
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-DEFAULT_SIZES = "1K,4K,16K,64K,256K,1M,4M,16M,64M"
 
 
 def parse_size(text: str) -> int:
@@ -65,7 +66,7 @@ def default_repeats(nbytes: int) -> int:
     return int(np.clip(3e8 / max(nbytes, 1), 15, 200))
 
 
-def time_calls(comm, calls: dict, repeats: int, number: int = 1) -> tuple[dict, dict, dict]:
+def time_calls(comm, calls: dict, repeats: int, number: int = 1, stop: Any = None) -> tuple[dict, dict, dict]:
     """Each call's time (seconds), its time relative to the first call's, and its last result.
 
     One timing is ``number`` back-to-back calls after a barrier, divided by ``number``; its time is
@@ -75,6 +76,8 @@ def time_calls(comm, calls: dict, repeats: int, number: int = 1) -> tuple[dict, 
     over repeats of each call's time; the (median, 25th, 75th percentile) over repeats of its time
     divided by the first call's in the same repeat (paired ratios, which a change of load moves
     less than the times); and the results of a warm-up round of ``max(number, 3)`` calls each.
+    With ``stop`` (a ``Budget``), the repeats end early, after the same repeat on every rank, when its time is
+    spent or a rank got Ctrl-C (at least ``MIN_REPEATS`` first, unless interrupted).
     """
     from mpi4py import MPI
 
@@ -93,6 +96,9 @@ def time_calls(comm, calls: dict, repeats: int, number: int = 1) -> tuple[dict, 
             for _ in loop:
                 call()
             times[j, i] = (time.perf_counter() - t0) / number
+        if stop is not None and stop.agreed(comm, repeats_done=i + 1):
+            times = np.ascontiguousarray(times[:, : i + 1])
+            break
     comm.Allreduce(MPI.IN_PLACE, times, op=MPI.MAX)
     ratios = times / times[0]
     medians = {name: float(np.median(times[j])) for j, name in enumerate(calls)}
@@ -119,13 +125,19 @@ def run(
     repeats: int | None = None,
     echo: bool = True,
     gloo: dict[int, float] | None = None,
+    budget: Budget | None = None,
 ) -> list[dict]:
-    """Benchmark rows (dicts) for every size and algorithm; rank 0 prints each row as it comes when ``echo``."""
+    """Benchmark rows (dicts) for every size and algorithm; rank 0 prints each row as it comes when ``echo``.
+    With a ``budget``, each size gets an equal share of its time, and a Ctrl-C ends the run after a repeat."""
     from mpi4py import MPI
 
     p, rank = comm.Get_size(), comm.Get_rank()
     rows = []
-    for nbytes in sizes:
+    for k, nbytes in enumerate(sizes):
+        if budget is not None:
+            budget.start_size(len(sizes) - k)
+            if budget.interrupted:
+                break
         count = nbytes // dtype.itemsize
         x = np.random.default_rng([count, rank]).integers(-8, 8, count).astype(dtype)
         reps, number = repeats or default_repeats(nbytes), calls_per_timing(nbytes)
@@ -138,7 +150,8 @@ def run(
         calls: dict[str, Any] = {"mpi": mpi_call}
         for name in algorithms:
             calls[name] = lambda name=name, x=x: collectives.allreduce(comm, x, algorithm=name, check=check)
-        times, paired, results = time_calls(comm, calls, reps, number)
+        times, paired, results = time_calls(comm, calls, reps, number, budget)
+        reps = budget.repeats_done if budget is not None else reps
         for name in calls:
             t, out = times[name], results[name]
             chosen = collectives.choose_algorithm(p, x.nbytes)[0] if name == "auto" else name
@@ -275,7 +288,8 @@ def main(argv: list[str] | None = None) -> list[dict] | dict:
     from mpi4py import MPI
 
     parser = argparse.ArgumentParser(prog="python -m collectives.bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default=DEFAULT_SIZES, help="bytes per rank, comma-separated (1K, 4M, ...)")
+    parser.add_argument("--sizes", help="bytes per rank, comma-separated (1K, 4M, ...; default: from the machine)")
+    parser.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S, help="seconds in all, shared by the sizes")
     parser.add_argument("--algorithms", default="auto," + ",".join(collectives.ALGORITHMS))
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--repeats", type=int, default=None, help="timed repeats per size (default: by size)")
@@ -291,7 +305,12 @@ def main(argv: list[str] | None = None) -> list[dict] | dict:
     comm = MPI.COMM_WORLD
     rank, p = comm.Get_rank(), comm.Get_size()
     dtype = np.dtype(args.dtype)
-    sizes = [parse_size(s) for s in args.sizes.split(",")]
+    cores = os.cpu_count() or 1
+    sizes = [parse_size(s) for s in args.sizes.split(",")] if args.sizes else machine_sizes(p, cores, free_memory())
+    args.sizes = ",".join(str(n) for n in sizes)  # what the gloo column's workers measure too
+    budget = Budget(args.budget)
+    if rank == 0:  # the plan first (on stderr under --json, so that stdout stays one JSON document)
+        print(describe(p, cores, sizes, args.budget, human), file=sys.stderr if args.json else sys.stdout, flush=True)
     algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
     params = cost.get_params() if args.no_calibrate else cost.calibrate(comm)
     if rank == 0 and not args.json:
@@ -306,7 +325,7 @@ def main(argv: list[str] | None = None) -> list[dict] | dict:
         )
         print(HEADER, flush=True)
     gloo = gloo_times(comm, args) if args.torch_gloo else {}
-    rows = run(comm, sizes, algorithms, dtype, not args.no_check, args.repeats, echo=not args.json, gloo=gloo)
+    rows = run(comm, sizes, algorithms, dtype, not args.no_check, args.repeats, not args.json, gloo, budget)
     if rank == 0:
         if args.json:
             json.dump({"p": p, "params": params.__dict__, "rows": rows}, sys.stdout, indent=1)
@@ -315,6 +334,11 @@ def main(argv: list[str] | None = None) -> list[dict] | dict:
             plot(rows, args.plot)
             if not args.json:
                 print(f"# figure saved to {args.plot}")
+    if budget.interrupted:
+        done = len({r["size"] for r in rows})
+        if rank == 0:
+            print(f"# interrupted (Ctrl-C): {done} of {len(sizes)} sizes measured", file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_INTERRUPTED)
     return rows
 
 

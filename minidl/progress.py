@@ -131,5 +131,9 @@ class Progress:
         self.emit(record, f"{score} | {result['steps']} steps in {duration}{ranks}, {self.speed.format(per_rank)}")
         for line in self.strategy.report(result):
             self.ctx.log(line)
+        self.close()
+
+    def close(self) -> None:
         if self.json is not None:
             self.json.close()
+            self.json = None

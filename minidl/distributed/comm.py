@@ -159,14 +159,15 @@ def _world_if_launched() -> Any:
 def run(main: Callable[..., Any], *args: Any, comm: Any = None, **kwargs: Any) -> Any:
     """Call ``main(*args, **kwargs)``; if it raises, print the error with the rank and abort the job.
 
-    ``SystemExit(0)`` and a normal return pass through, once the ranks have agreed that they all end here,
+    ``SystemExit(0)``, a ``SystemExit`` marked ``ends_together`` (an agreed Ctrl-C stop: status 130) and a normal
+    return pass through, once the ranks have agreed that they all end here,
     after the same number of optimizer steps (lockstep.py: a rank that ends early would leave the others
     waiting in their next step; both raise instead, naming each rank's step). Returns ``main``'s value.
     """
     try:
         result = main(*args, **kwargs)
     except SystemExit as e:
-        if e.code in (None, 0):
+        if e.code in (None, 0) or getattr(e, "ends_together", False):  # a normal end, or an agreed stop (Ctrl-C)
             _finish(comm)
             raise
         abort_on_error(e, comm, errorcode=e.code if isinstance(e.code, int) else 1)

@@ -21,6 +21,7 @@ from typing import Any
 from minidl.distributed import checkpoint_schedule
 from minidl.optim.large_batch import large_batch_lr
 from minidl.progress import Progress, scalars
+from minidl.train.interrupt import Watch, stop
 from minidl.train.strategies import Position, Strategy
 
 
@@ -76,11 +77,15 @@ def fit(task: Any, strategy: Strategy, args: Any, preset: str) -> dict[str, Any]
     log.header(
         title, lines + ([f"resumed from {args.resume}: epoch {pos.epoch}, step {pos.step}"] if args.resume else [])
     )
-    if strategy.serves:
-        strategy.serve(task, spe)
-        pos.step = total  # a server's steps are its workers'
-    else:
-        train_epochs(task, strategy, args, preset, pos, log)
+    watch = Watch(immediate=args.parallel == "ps")  # Ctrl-C: stop after a step the ranks agree on
+    try:
+        if strategy.serves:
+            strategy.serve(task, spe)
+            pos.step = total  # a server's steps are its workers'
+        else:
+            train_epochs(task, strategy, args, preset, pos, log, watch)
+    finally:
+        watch.close()
     log.speed.pause()
     if args.save:
         strategy.checkpoint(task, pos, preset, final=True)
@@ -98,8 +103,11 @@ def fit(task: Any, strategy: Strategy, args: Any, preset: str) -> dict[str, Any]
     return result
 
 
-def train_epochs(task: Any, strategy: Strategy, args: Any, preset: str, pos: Position, log: Progress) -> None:
-    """The epochs from ``pos`` on (a resumed run skips the windows it already trained on)."""
+def train_epochs(
+    task: Any, strategy: Strategy, args: Any, preset: str, pos: Position, log: Progress, watch: Watch
+) -> None:
+    """The epochs from ``pos`` on (a resumed run skips the windows it already trained on); after a Ctrl-C, the
+    step the ranks agree on is saved and the run ends (``minidl.train.interrupt``)."""
     while pos.step < log.total:
         for batch in task.batches(pos.epoch, pos.window):
             log.lr = large_batch_lr(task, args, preset, strategy.ctx.size, pos.step, log.spe)
@@ -108,6 +116,8 @@ def train_epochs(task: Any, strategy: Strategy, args: Any, preset: str, pos: Pos
             pos.window, pos.step = pos.window + 1, pos.step + 1
             log.step(pos, batch, loss)
             after_step(task, strategy, args, preset, pos)
+            if watch.agreed(strategy.ctx):
+                stop(task, strategy, args, preset, pos, log)
             if pos.step >= log.total:
                 break
         if pos.window < log.spe:

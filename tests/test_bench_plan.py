@@ -1,0 +1,35 @@
+"""``python -m collectives.bench`` (issue 26): defaults from the machine (sizes, a time budget) printed as a plan,
+and Ctrl-C under mpiexec ends it after the repeat in progress, with the rows so far and exit status 130."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from helpers.signals import MPIEXEC, interrupt
+
+from collectives.bench import human
+from collectives.bench_plan import describe, machine_sizes
+
+GIB = 1 << 30
+
+
+def test_sizes_stop_at_1m_when_ranks_outnumber_cores():
+    assert [human(n) for n in machine_sizes(4, 2, 8 * GIB)] == ["1K", "4K", "16K", "64K", "256K", "1M"]
+    assert human(machine_sizes(4, 8, 8 * GIB)[-1]) == "64M"
+    assert human(machine_sizes(4, 8, 256 << 20)[-1]) == "4M"  # at most 1/16 of the free memory per rank
+
+
+def test_the_plan_says_sizes_and_time():
+    line = describe(4, 2, machine_sizes(4, 2, 8 * GIB), 60.0, human)
+    assert "4 ranks on 2 cores (more ranks than cores" in line and "6 sizes 1K..1M" in line
+    assert "about 10 s" in line and "about 60 s in all" in line and "Ctrl-C" in line
+
+
+@pytest.mark.skipif(MPIEXEC is None, reason="needs mpiexec")
+def test_ctrl_c_under_mpiexec_stops_the_benchmark(tmp_path):
+    command = [MPIEXEC, "-n", "2", sys.executable, "-m", "collectives.bench", "--no-calibrate", "--algorithms"]
+    command += ["ring,tree", "--sizes", "1K,4K,16K,64K", "--repeats", "100000", "--budget", "3000"]
+    code, out = interrupt(command, tmp_path, after="# plan:", timeout=90)
+    assert code == 130, out
+    assert "# interrupted (Ctrl-C):" in out and "Traceback" not in out, out

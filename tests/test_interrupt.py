@@ -1,0 +1,74 @@
+"""Ctrl-C (issue 26): a training job stops after a step its ranks agree on, saves it, prints one line naming
+the checkpoint and the command that resumes it, and exits 130; no traceback, no MPI_Abort. The signal goes to
+mpiexec (as a terminal's Ctrl-C does), which passes it to its ranks; every wait is bounded by a timeout."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers.signals import MPIEXEC, interrupt
+
+from minidl.serialization import load
+from minidl.train.interrupt import checkpoint_path, resume_command
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def train(*flags: str) -> list[str]:
+    return [sys.executable, "-m", "minidl.train", "lm", "--quick", "--epochs", "200", "--log-every", "5", *flags]
+
+
+def saved_step(text: str) -> tuple[str, int]:
+    line = next(line for line in text.splitlines() if line.startswith("interrupted at"))
+    path = line.split("; saved ")[1].split(";")[0]
+    return path, int(line.split(" step ")[1].split(";")[0])
+
+
+def test_resume_command_names_the_checkpoint_and_the_ranks():
+    args = type("Args", (), {"save": None})()
+    assert checkpoint_path(args, "lm", 381) == os.path.join("runs", "lm.step00000381.npz")
+    command = resume_command(["lm", "--parallel", "data", "--resume", "old.npz"], "runs/x.npz", 4)
+    assert command == "mpiexec -n 4 python -m minidl.train lm --parallel data --resume runs/x.npz"
+
+
+@pytest.mark.skipif(MPIEXEC is None, reason="needs mpiexec")
+def test_ctrl_c_under_mpiexec_saves_an_agreed_step_and_exits_130(tmp_path):
+    save = tmp_path / "lm.npz"
+    command = [MPIEXEC, "-n", "2", *train("--parallel", "data", "--save", str(save), "--save-every", "1000")]
+    code, out = interrupt(command, tmp_path, after=" step ")
+    assert code == 130, out
+    assert out.count("interrupted at epoch") == 1, out
+    assert "Traceback" not in out and "aborting" not in out, out
+    path, step = saved_step(out)
+    assert path == str(tmp_path / f"lm.step{step:08d}.npz")
+    assert "resume with: mpiexec -n 2 python -m minidl.train lm" in out and f"--resume {path}" in out, out
+    assert int(load(path)["state"]["step"]) == step  # the step the line names, the same on both ranks
+
+
+def test_ctrl_c_of_one_process_saves_under_runs(tmp_path):
+    code, out = interrupt(train(), tmp_path, after=" step ")
+    assert code == 130 and "Traceback" not in out, out
+    path, step = saved_step(out)
+    assert path.startswith("runs") and int(load(str(tmp_path / path))["state"]["step"]) == step
+    assert "resume with: python -m minidl.train lm --quick" in out, out
+
+
+def test_ctrl_c_of_one_process_pipeline_ends_without_mpi_abort(tmp_path):
+    code, out = interrupt(train("--parallel", "pipeline"), tmp_path, after=" step ")
+    assert code == 130, out
+    assert "MPI_Abort" not in out and "Traceback" not in out and "aborting" not in out, out
+    assert out.count("; nothing saved (--parallel pipeline writes no checkpoint a run resumes from)") == 1, out
+
+
+def test_a_second_ctrl_c_stops_at_once():
+    code = (
+        "import os, signal, time\nfrom minidl.train.interrupt import Watch\nwatch = Watch()\n"
+        "os.kill(os.getpid(), signal.SIGINT)\nassert watch.count == 1\n"
+        "os.kill(os.getpid(), signal.SIGINT)\ntime.sleep(30)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 130 and "second Ctrl-C; stopped at once, nothing saved" in proc.stderr, proc.stderr
