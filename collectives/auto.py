@@ -11,12 +11,17 @@ from __future__ import annotations
 
 import functools
 
-from collectives.cost import ALGORITHMS, PREFERENCE, TIE, CostParams, get_params, predict
+from collectives.cost import ALGORITHMS, PREFERENCE, TIE, CostParams, Hops, get_params, predict
 
 
-def choose_algorithm(p: int, nbytes: int, params: CostParams | None = None) -> tuple[str, dict[str, float]]:
-    """The algorithm "auto" uses for p ranks and ``nbytes`` per rank, and every algorithm's predicted seconds."""
-    name, times = _choose(p, nbytes, params or get_params())
+def choose_algorithm(
+    p: int, nbytes: int, params: CostParams | None = None, *, link_latency: float = 0.0, hops: Hops | None = None
+) -> tuple[str, dict[str, float]]:
+    """The algorithm "auto" uses for p ranks and ``nbytes`` per rank, and every algorithm's predicted seconds.
+
+    ``link_latency`` and ``hops`` (cost.predict's) make the choice for a topology whose links add latency.
+    """
+    name, times = _choose(p, nbytes, params or get_params(), link_latency, hops)
     return name, dict(times)
 
 
@@ -38,9 +43,9 @@ def auto_algorithm(p: int, nbytes: int) -> str:
 
 
 @functools.lru_cache(maxsize=1024)
-def _choose(p: int, nbytes: int, params: CostParams) -> tuple[str, tuple]:
+def _choose(p: int, nbytes: int, params: CostParams, link_latency: float = 0.0, hops: Hops | None = None) -> tuple:
     """Cached: the prediction costs microseconds, as much as a short allreduce."""
-    times = {name: predict(name, p, nbytes, params) for name in ALGORITHMS}
+    times = {name: predict(name, p, nbytes, params, link_latency=link_latency, hops=hops) for name in ALGORITHMS}
     fastest = min(times.values())
     choice = next(name for name in PREFERENCE if times[name] <= fastest * (1 + TIE))  # ties: cost.PREFERENCE
     return choice, tuple(times.items())

@@ -19,7 +19,9 @@ with p ranks, n bytes, L = ceil(log2 p), p' the largest power of two <= p, d = [
 gamma by a local ``np.add``, and gives every rank the slowest rank's numbers, so that "auto" picks
 the same algorithm everywhere. What the model leaves out is a constant per call (argument checks,
 allocation, the agreement check: some microseconds), which matters only for the shortest messages.
-The model also says how many messages each rank sends and how many bytes cross the wire in
+On a network whose links add a latency each (a fat tree, a torus), ``predict(..., link_latency,
+hops)`` adds link_latency times the links on the critical path (``route_links``: per round, the
+longest route of that round's messages). The model also says how many messages each rank sends and how many bytes cross the wire in
 total; the tests hold the simulator's message record to these numbers.
 """
 
@@ -28,6 +30,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,11 +136,69 @@ def terms(algorithm: str, p: int, nbytes: float) -> Terms:
     raise ValueError(f"unknown algorithm {algorithm!r}: expected one of {', '.join(ALGORITHMS)}")
 
 
-def predict(algorithm: str, p: int, nbytes: float, params: CostParams | None = None) -> float:
-    """Predicted seconds for one allreduce of ``nbytes`` on ``p`` ranks (the agreement check excluded)."""
+Hops = Callable[[int, int], int]  # hops(src, dst): the links a message between two ranks crosses
+
+
+def predict(
+    algorithm: str,
+    p: int,
+    nbytes: float,
+    params: CostParams | None = None,
+    *,
+    link_latency: float = 0.0,
+    hops: Hops | None = None,
+) -> float:
+    """Predicted seconds for one allreduce of ``nbytes`` on ``p`` ranks (the agreement check excluded).
+
+    With ``link_latency`` (seconds per link crossed) the rounds also pay their links:
+    link_latency * route_links(algorithm, p, hops), ``hops(src, dst)`` the links between two ranks
+    (default 2: host, switch, host; a topology's: Fabric.hops of collectives/virtual_time).
+    """
     c = params or _params
     t = terms(algorithm, p, nbytes)
-    return t.rounds * c.alpha + t.sent * c.beta + t.reduced * c.gamma
+    wire = link_latency * route_links(algorithm, p, hops) if link_latency else 0.0
+    return t.rounds * c.alpha + wire + t.sent * c.beta + t.reduced * c.gamma
+
+
+def round_peers(algorithm: str, p: int) -> list[tuple[list[tuple[int, int]], int, float]]:
+    """The rounds along the critical path: [(pairs (src, dst) sent together, rounds alike, part of n each sends)].
+
+    ring: 2 (p - 1) rounds of r -> r + 1, n / p each; recursive doubling: the fold in, r <-> r XOR 2^j
+    on the p' ranks left (fold.py's numbering), the fold out, n each; Rabenseifner: the fold, the
+    same pairs halving (n 2^j / p') then doubling; tree: the binomial tree's level j (r -> r - 2^j),
+    up then down, n each; naive: the root receives from each rank in turn, then sends to each.
+    """
+    k, d = _log2_pof2(p)
+    q, rem = 1 << k, p - (1 << k)
+    old = [2 * i + 1 if i < rem else i + rem for i in range(q)]  # fold.py: new rank -> the old rank that plays it
+    fold_in = [([(2 * i, 2 * i + 1) for i in range(rem)], 1, 1.0)] if d else []
+    fold_out = [([(2 * i + 1, 2 * i) for i in range(rem)], 1, 1.0)] if d else []
+    pairs = [[(old[r], old[r ^ (1 << j)]) for r in range(q)] for j in range(k)]
+    if algorithm == "ring":
+        return [([(r, (r + 1) % p) for r in range(p)], 2 * (p - 1), 1 / p)] if p > 1 else []
+    if algorithm == "recursive_doubling":
+        return fold_in + [(level, 1, 1.0) for level in pairs] + fold_out
+    if algorithm == "rabenseifner":
+        halving = [(pairs[j], 1, 2**j / q) for j in reversed(range(k))]
+        return fold_in + halving + halving[::-1] + fold_out
+    if algorithm == "tree":
+        masks = (1 << j for j in range(p.bit_length()))
+        levels = [lv for lv in ([(r, r - m) for r in range(p) if r & (2 * m - 1) == m] for m in masks) if lv]
+        return [(lv, 1, 1.0) for lv in levels] + [([(b, a) for a, b in lv], 1, 1.0) for lv in levels[::-1]]
+    if algorithm == "naive":
+        return [([(r, 0)], 1, 1.0) for r in range(1, p)] + [([(0, r)], 1, 1.0) for r in range(1, p)]
+    raise ValueError(f"unknown algorithm {algorithm!r}: expected one of {', '.join(ALGORITHMS)}")
+
+
+def route_links(algorithm: str, p: int, hops: Hops | None = None) -> int:
+    """Links on the critical path: the sum over rounds of the most links a message of the round crosses.
+
+    Exact when every message of a round crosses as many links (a power of two on a fat tree or a
+    torus of powers of two), and for the ring (the rank next to the longest route pays it every round);
+    an upper bound otherwise. ``hops(src, dst)``: default 2 for every pair (a crossbar or a switch).
+    """
+    hops = hops or (lambda src, dst: 2)
+    return sum(count * max((hops(a, b) for a, b in pairs), default=0) for pairs, count, _ in round_peers(algorithm, p))
 
 
 def predict_check(p: int, params: CostParams | None = None, message_bytes: int = 112) -> float:

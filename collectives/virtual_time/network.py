@@ -1,9 +1,12 @@
 """The network of the virtual-time cluster: links, topologies and named presets.
 
-A message of n bytes from rank i to rank j costs its path's latency alpha, then n bytes at the
-rate its links give it (Hockney's alpha + n beta when it has the links to itself); a reduction of
-n bytes costs n gamma (collectives/cost.py's CostParams). ``Network.fabric(p)`` places p ranks and
-answers, for each pair, the path: (latency, the links it crosses, the most one flow may take).
+A message of n bytes from rank i to rank j costs its path's latency, then n bytes at the rate its
+links give it (Hockney's alpha + n beta when it has the links to itself); a reduction of n bytes
+costs n gamma (collectives/cost.py's CostParams). The latency is the software's alpha (MPI and
+Python per message) plus ``link_latency`` for every link of the route (topology.py's hops: 2 on a
+switch, 2 or 4 on a fat tree, one per hop on a torus), as SimGrid's CM02 model sums its links'
+latencies. ``Network.fabric(p)`` places p ranks and answers, for each pair, the path: (latency,
+the links it crosses, the most one flow may take), and ``hops(src, dst)``.
 
     crossbar      every pair has its own wire: no contention, alpha + n beta exactly (cost.py's model)
     Cluster(link, topology, ranks_per_node, ...)   nodes of several ranks on a topology (topology.py)
@@ -46,6 +49,10 @@ class Fabric:
 
     def path(self, src: int, dst: int) -> Path:
         raise NotImplementedError
+
+    def hops(self, src: int, dst: int) -> int:
+        """Links a message from rank src to rank dst crosses (0 within a node; 2 on a crossbar)."""
+        return 2 if src != dst else 0
 
 
 class _CrossbarFabric(Fabric):
@@ -139,7 +146,7 @@ class _ClusterFabric(Fabric):
         nodes = -(-p // net.ranks_per_node)
         self.topology = make_topology(net.topology, nodes, net.link.bandwidth, **net.options)
         super().__init__(p, net.params.gamma, self.topology.capacity)
-        self.ranks_per_node = net.ranks_per_node
+        self.ranks_per_node, self.link_latency = net.ranks_per_node, net.link_latency
         self._intra = Path(net.intra.alpha, (), net.intra.bandwidth)
         self._alpha, self._rate = net.link.alpha, net.link.bandwidth
 
@@ -147,14 +154,20 @@ class _ClusterFabric(Fabric):
         a, b = src // self.ranks_per_node, dst // self.ranks_per_node
         if a == b:
             return self._intra
-        return Path(self._alpha, self.topology.route(a, b), self._rate)
+        latency = self._alpha + self.link_latency * self.topology.hops(a, b)
+        return Path(latency, self.topology.route(a, b), self._rate)
+
+    def hops(self, src: int, dst: int) -> int:
+        a, b = src // self.ranks_per_node, dst // self.ranks_per_node
+        return 0 if a == b else self.topology.hops(a, b)
 
 
 class Cluster(Network):
     """Nodes of ``ranks_per_node`` ranks each (consecutive ranks share a node, as mpiexec places them),
     joined by ``link`` on ``topology`` (topology.py; ``options`` such as leaf_size, oversubscription,
     dims go to it). Ranks of one node talk through ``intra`` (default shared memory) without
-    contention; between nodes a message pays link.alpha and shares the links of its route. gamma
+    contention; between nodes a message pays link.alpha (the software's, per message), plus
+    ``link_latency`` seconds per link of its route, and shares the links of its route. gamma
     (the CPUs' reduction speed) comes from ``params`` (default cost.get_params()).
     """
 
@@ -165,10 +178,14 @@ class Cluster(Network):
         ranks_per_node: int = 1,
         intra: str | Link = "shm",
         params: CostParams | None = None,
+        link_latency: float = 0.0,
         **options,
     ):
         if not isinstance(ranks_per_node, (int, np.integer)) or ranks_per_node < 1:
             raise ValueError(f"ranks_per_node must be a positive integer, got {ranks_per_node!r}")
+        if isinstance(link_latency, bool) or not isinstance(link_latency, (int, float)) or not link_latency >= 0:
+            raise ValueError(f"link_latency must be a non-negative number of seconds, got {link_latency!r}")
+        self.link_latency = float(link_latency)
         if topology not in TOPOLOGIES:
             raise ValueError(f"unknown topology {topology!r}: expected one of {', '.join(TOPOLOGIES)}")
         self.link, self.intra = get_link(link), get_link(intra)
@@ -184,8 +201,9 @@ class Cluster(Network):
         """One line: the link between nodes, the topology and its options, the nodes, gamma."""
         options = "".join(f", {k} {v}" for k, v in sorted(self.options.items()))
         inside = f"; {self.intra.name} within a node ({_speed(self.intra)})" if self.ranks_per_node > 1 else ""
+        hop = f", {self.link_latency * 1e6:.3g} us per link" if self.link_latency else ""
         return (
-            f"{self.link.name} ({_speed(self.link)}), {self.topology}{options}, {self.ranks_per_node} rank(s) per "
+            f"{self.link.name} ({_speed(self.link)}{hop}), {self.topology}{options}, {self.ranks_per_node} rank(s) per "
             f"node{inside}; gamma {self.params.gamma * 1e9:.3g} ns/B"
         )
 

@@ -41,6 +41,7 @@ from collectives.virtual_time.network import Fabric, Network, get_network
 from collectives.virtual_time.rounds import (
     NotLockstep,
     Schedule,
+    formula_time,
     replay_rounds,
     schedule_from_traces,
     symmetric_schedule,
@@ -278,9 +279,13 @@ def allreduce_time(
     ``ranks_per_node`` (default 1; ranks of a node talk through shared memory), ``topology``
     ("switch" by default, "crossbar", "fattree", "torus2d", "torus3d"), ``leaf_size`` and
     ``oversubscription`` (fattree), ``dims`` (torus), ``intra`` (the link within a node).
+    ``link_latency``: seconds per link of a message's route, on top of the per-message alpha
+    (network.Cluster: 2 links on a crossbar or switch, 2 or 4 on a fat tree, one per hop on a torus).
     ``check``: include the agreement check. ``engine``: "events" (replay.py, the reference),
-    "rounds" (rounds.py: lockstep schedules only, NotLockstep otherwise) or "auto": rounds from
-    p = ROUNDS_FROM on when the schedule is lockstep, else events. Traces and schedules are
+    "rounds" (rounds.py: lockstep schedules only, NotLockstep otherwise), "formula" (rounds.formula_time:
+    cost.py's rounds with their routes' latency and sharing, equal blocks) or "auto": rounds from
+    p = ROUNDS_FROM on when the schedule is lockstep, else events. ``algorithm="auto"``: the
+    fastest of cost.ALGORITHMS as this engine finds it on this network. Traces and schedules are
     cached per (algorithm, p, nbytes, dtype, check), and for a named network the time itself, so that
     timing a training step's buckets again and again costs nothing.
     """
@@ -300,13 +305,15 @@ def _named_time(algorithm, p, nbytes, network, params, dtype, check, engine, opt
 
 def _time(algorithm, p, nbytes, network, params, dtype, check, engine, options) -> float:
     """allreduce_time after its arguments are checked (see there)."""
-    from collectives.auto import choose_algorithm
+    from collectives.cost import ALGORITHMS
 
-    if algorithm == "auto":
-        algorithm = choose_algorithm(int(p), int(nbytes), params)[0]
-    if engine not in ("auto", "events", "rounds"):
-        raise ValueError(f"allreduce_time: unknown engine {engine!r}: expected auto, events or rounds")
+    if engine not in ("auto", "events", "rounds", "formula"):
+        raise ValueError(f"allreduce_time: unknown engine {engine!r}: expected auto, events, rounds or formula")
+    if algorithm == "auto":  # the fastest on this network, as simulated (the topology and contention included)
+        return min(_time(a, p, nbytes, network, params, dtype, check, engine, options) for a in ALGORITHMS)
     net = get_network(network, params, **options)
+    if engine == "formula":  # cost.py's rounds with the links' latency and their sharing
+        return formula_time(algorithm, p, nbytes, net.fabric(int(p)), net.params.alpha)
     key = (algorithm, p, nbytes, np.dtype(dtype).str, bool(check))
     if engine == "rounds" or (engine == "auto" and p >= ROUNDS_FROM):
         schedule = _schedule(*key)  # traces first: they say when p will not fit, before anything is built

@@ -167,3 +167,22 @@ def _pattern(fabric: Fabric, ranks: np.ndarray, dst: np.ndarray) -> tuple[np.nda
     if not fabric.contention:
         return latency, caps
     return latency, max_min_rates(fabric.capacity, [path.links for path in paths], caps)
+
+
+def formula_time(algorithm: str, p: int, nbytes: float, fabric: Fabric, alpha: float) -> float:
+    """The closed form on a topology: cost.py's rounds, each paying its longest route and its most shared link.
+
+    Sum over the rounds of cost.round_peers: alpha + link_latency x (the most links a message of the
+    round crosses) + (its bytes) / (the slowest max-min fair rate when the round's messages flow
+    together); plus the reductions' gamma. Equal blocks (n / p exactly); no overlap between rounds.
+    """
+    from collectives.cost import round_peers, terms
+
+    total = terms(algorithm, p, nbytes).reduced * fabric.gamma
+    hop = getattr(fabric, "link_latency", 0.0)
+    for pairs, count, part in round_peers(algorithm, p):
+        src, dst = (np.array(side, dtype=np.int64) for side in zip(*pairs))
+        latency, rate = _pattern(fabric, src, dst)
+        links = max(fabric.hops(int(a), int(b)) for a, b in pairs)
+        total += count * (alpha + hop * links + part * nbytes / rate.min())
+    return float(total)

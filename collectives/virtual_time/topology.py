@@ -12,8 +12,14 @@ an uplink (its injection) and a downlink (its ejection), of the link's bandwidth
     torus2d    nodes on a 2-D (torus3d: 3-D) torus, dims as near equal as the node count allows (or
                ``dims``); dimension-order routing the short way round, each hop a link of bandwidth B
 
-A topology is ``Topology(nodes, bandwidth, **options)`` with ``capacity`` (per link) and
-``route(a, b)`` (the link ids from node a to node b, a != b).
+A topology is ``Topology(nodes, bandwidth, **options)`` with ``capacity`` (per link),
+``route(a, b)`` (the link ids from node a to node b, a != b, that share bandwidth) and ``hops(a, b)``:
+how many links the message crosses, each paying the link latency (network.Cluster's ``link_latency``):
+
+    crossbar, switch   2 (host -> switch -> host)
+    fattree            2 within a leaf, 4 between leaves (host -> leaf -> spine -> leaf -> host)
+    torus              one per hop (the hosts are the routers, as in SimGrid's TORUS cluster and Blue
+                       Gene or TPU tori: a neighbour message crosses one link)
 """
 
 from __future__ import annotations
@@ -38,6 +44,10 @@ class Topology:
 
     def route(self, a: int, b: int) -> tuple[int, ...]:
         return (a, self.nodes + b)
+
+    def hops(self, a: int, b: int) -> int:
+        """Links a message from node a to node b (a != b) crosses: each adds the link latency."""
+        return 2
 
     def describe(self) -> str:
         return "one non-blocking switch (the NICs are shared)"
@@ -79,6 +89,9 @@ class FatTree(Topology):
         base = 2 * self.nodes
         return (a, base + la, base + self.leaves + lb, self.nodes + b)
 
+    def hops(self, a: int, b: int) -> int:
+        return 2 if a // self.leaf_size == b // self.leaf_size else 4
+
     def describe(self) -> str:
         return f"fat tree, leaves of {self.leaf_size} nodes, oversubscription {self.oversubscription:g}:1"
 
@@ -115,6 +128,10 @@ class Torus(Topology):
 
     def route(self, a: int, b: int) -> tuple[int, ...]:
         return self._route(a, b)
+
+    def hops(self, a: int, b: int) -> int:
+        """The torus hops, the short way round in every dimension (the route less its two NIC links)."""
+        return len(self._route(a, b)) - 2
 
     def describe(self) -> str:
         return f"{len(self.dims)}-D torus {'x'.join(map(str, self.dims))}, dimension-order routing"

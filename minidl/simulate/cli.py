@@ -46,6 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--oversubscription", help="fat tree: leaf uplink oversubscription (1: full bisection)")
     c.add_argument("--leaf-size", help="fat tree: nodes per leaf switch")
     c.add_argument("--dims", help="torus: its sides, e.g. 8x8 or 4x4x4")
+    c.add_argument(
+        "--link-latency",
+        help="seconds per link a message crosses, on top of alpha (2 links on a switch, 2-4 on a fat tree, a hop on a torus)",
+    )
     c.add_argument("--params", metavar="FILE", help="cost parameters (alpha, beta, gamma) from calibrate, as JSON")
     c.add_argument("--overlap", action="store_true", help="allreduce each bucket as soon as it is ready")
     n = p.add_argument_group("node (scales the measured compute)")
@@ -104,6 +108,8 @@ def network_options(args: argparse.Namespace) -> dict[str, Any]:
         (options["leaf_size"],) = number_list("--leaf-size", args.leaf_size)
     if args.dims:
         options["dims"] = tuple(number_list("--dims", args.dims.replace("x", ",")))
+    if args.link_latency:
+        (options["link_latency"],) = number_list("--link-latency", args.link_latency, float)
     return {k: v for k, v in options.items() if v is not None}
 
 

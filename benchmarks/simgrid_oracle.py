@@ -1,0 +1,143 @@
+"""SimGrid as the oracle of the virtual-time cluster: replay minidl's traces on a SimGrid platform.
+
+Run with the system Python that has SimGrid's bindings (``apt-get install python3-simgrid``), not the
+virtualenv: it needs nothing but the standard library and ``simgrid``. It reads one job as JSON on
+stdin and prints the virtual seconds of the slowest rank:
+
+    {"platform": {"topology": "crossbar" (= "switch") | "fattree" | "torus2d", "bandwidth": B/s,
+                  "latency": s per link, "leaf_size": n, "oversubscription": x, "dims": [a, b]},
+     "gamma": s per byte reduced, "traces": [rank 0's rows, rank 1's rows, ...]}
+
+The rows are collectives.virtual_time.trace's (code, peer, tag, nbytes, source, recvtag, recvbytes,
+request, context). Each rank is an actor that plays them: a send is a ``put`` to the mailbox named
+(source, destination, tag, context), so messages match in MPI's order; sends are synchronous as in
+minidl's replay; a reduction of n bytes executes n gamma seconds of a 1 Gflop/s host.
+
+The platforms (SimGrid's CM02 model, its factors 1: a message costs the sum of its links' latencies,
+then its bytes at the max-min fair share of its links):
+
+    switch     a cluster with SPLITDUPLEX private links (each host's up and down link): 2 links a
+               message, the NICs shared. Also the oracle for minidl's crossbar: in ring, recursive
+               doubling and the binomial tree no rank sends (or receives) two messages at once, so no
+               NIC is shared and the two coincide. (SimGrid's FATPIPE is no crossbar: in 3.32 a
+               Sendrecv through FATPIPE links takes twice the time of one message.)
+    fattree    leaves of leaf_size hosts (clusters, SPLITDUPLEX), each with a trunk to the spine of
+               leaf_size B / oversubscription each way: 2 links within a leaf, 4 between leaves
+    torus2d    SimGrid's TORUS cluster (SPLITDUPLEX): the hosts are the routers, one link a hop
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+
+CONFIG = [
+    "--cfg=network/model:CM02",  # latency factor 1, bandwidth factor 1, no RTT weighting
+    "--cfg=network/crosstraffic:0",  # no reverse flow of acknowledgements
+    "--cfg=network/TCP-gamma:1e30",  # no TCP window bound on the rate
+    "--log=root.thresh:critical",
+]
+SEND, RECV, SENDRECV, ISEND, IRECV, WAIT, REDUCE = range(7)
+SPEED = 1e9  # flop/s of a host: a reduction of n bytes is n * gamma * SPEED flops
+
+
+def _cluster(cid: str, first: int, last: int, bw: float, lat: float, sharing: str, extra: str = "") -> str:
+    return (
+        f'<cluster id="{cid}" prefix="h" suffix="" radical="{first}-{last}" speed="1Gf" '
+        f'bw="{bw!r}Bps" lat="{lat!r}s" sharing_policy="{sharing}"{extra}/>'
+    )
+
+
+def platform_xml(spec: dict, p: int) -> str:
+    """The SimGrid platform of ``spec`` for p hosts h0..h(p-1) (see the module doc)."""
+    bw, lat, topology = spec["bandwidth"], spec["latency"], spec["topology"]
+    head = '<?xml version=\'1.0\'?>\n<!DOCTYPE platform SYSTEM "https://simgrid.org/simgrid.dtd">\n<platform version="4.1">\n'
+    if topology in ("crossbar", "switch"):
+        body = _cluster("c", 0, p - 1, bw, lat, "SPLITDUPLEX")
+    elif topology == "torus2d":
+        dims = ",".join(str(d) for d in reversed(spec["dims"]))  # SimGrid's first dimension varies fastest
+        body = _cluster("c", 0, p - 1, bw, lat, "SPLITDUPLEX", f' topology="TORUS" topo_parameters="{dims}"')
+    elif topology == "fattree":
+        body = _fattree(spec, p)
+    else:
+        raise ValueError(f"simgrid_oracle: unknown topology {topology!r}")
+    return head + body + "\n</platform>\n"
+
+
+def _fattree(spec: dict, p: int) -> str:
+    bw, lat, size = spec["bandwidth"], spec["latency"], spec["leaf_size"]
+    leaves = -(-p // size)
+    trunk = size * bw / spec["oversubscription"]
+    lines = ['<zone id="spine" routing="Full">']
+    for i in range(leaves):
+        lines.append(_cluster(f"leaf{i}", i * size, min(p, (i + 1) * size) - 1, bw, lat, "SPLITDUPLEX"))
+        lines.append(f'<link id="trunk{i}" bandwidth="{trunk!r}Bps" latency="{lat!r}s" sharing_policy="SPLITDUPLEX"/>')
+    for i in range(leaves):
+        for j in range(leaves):
+            if i != j:
+                lines.append(
+                    f'<zoneRoute src="leaf{i}" dst="leaf{j}" gw_src="hleaf{i}_router" gw_dst="hleaf{j}_router" '
+                    f'symmetrical="NO"><link_ctn id="trunk{i}" direction="UP"/>'
+                    f'<link_ctn id="trunk{j}" direction="DOWN"/></zoneRoute>'
+                )
+    lines.append("</zone>")
+    return "\n".join(lines)
+
+
+def rank_actor(rows: list, rank: int, gamma: float, finish: list):
+    import simgrid
+
+    def box(src: int, dst: int, tag: int, context: int):
+        return simgrid.Mailbox.by_name(f"{src}>{dst}:{tag}:{context}")
+
+    def play():
+        pending = {}
+        for code, peer, tag, nbytes, source, recvtag, _, request, context in rows:
+            if code == REDUCE:
+                if nbytes:
+                    simgrid.this_actor.execute(nbytes * gamma * SPEED)
+            elif code == SEND:
+                box(rank, peer, tag, context).put(rank, nbytes)
+            elif code == RECV:
+                box(peer, rank, tag, context).get()
+            elif code == SENDRECV:
+                out = box(rank, peer, tag, context).put_async(rank, nbytes)
+                comm, _ = box(source, rank, recvtag, context).get_async()
+                out.wait()
+                comm.wait()
+            elif code == ISEND:
+                pending[request] = box(rank, peer, tag, context).put_async(rank, nbytes)
+            elif code == IRECV:
+                pending[request] = box(peer, rank, tag, context).get_async()[0]
+            elif code == WAIT:
+                pending.pop(request).wait()
+        finish[rank] = simgrid.Engine.clock
+
+    return play
+
+
+def simulate(job: dict) -> float:
+    """The slowest rank's virtual seconds for ``job`` (the module doc's JSON)."""
+    import simgrid
+
+    traces = job["traces"]
+    engine = simgrid.Engine([sys.argv[0], *CONFIG])
+    with tempfile.NamedTemporaryFile("w", suffix=".xml", delete=False) as f:
+        f.write(platform_xml(job["platform"], len(traces)))
+    try:
+        engine.load_platform(f.name)
+    finally:
+        os.unlink(f.name)
+    finish = [0.0] * len(traces)
+    for rank, rows in enumerate(traces):
+        simgrid.Actor.create(
+            f"rank{rank}", simgrid.Host.by_name(f"h{rank}"), rank_actor(rows, rank, job["gamma"], finish)
+        )
+    engine.run()
+    return max(finish)
+
+
+if __name__ == "__main__":
+    print(json.dumps({"time": simulate(json.load(sys.stdin))}))
