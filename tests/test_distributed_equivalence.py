@@ -87,3 +87,24 @@ def test_fusion_threshold_does_not_change_the_result(compression):
     for fb in (256, 1 << 26):
         for k in init:
             assert runs[fb][k].tobytes() == runs[0][k].tobytes(), (fb, k)
+
+
+@pytest.mark.parametrize("kind", ["lm", "cnn_syncbn"])
+@pytest.mark.parametrize("P, k", [(4, 2), (6, 3), (6, 2)])
+def test_hierarchical_allreduce_equals_big_batch_simulated(kind, P, k, monkeypatch):
+    """allreduce='hierarchical' with nodes of k ranks (MINIDL_RANKS_PER_NODE; the in-process ranks share no memory)."""
+    monkeypatch.setenv("MINIDL_RANKS_PER_NODE", str(k))
+    init = initial_state(kind)
+    want = train(kind, init, STEPS, world=P)
+    states = collectives.simulate(P, lambda comm: train(kind, init, STEPS, comm, "hierarchical", world=P))
+    assert_replicas_identical(states)
+    assert_same_state(states[0], want, what=f"{kind}, hierarchical, P={P}, k={k}: ")
+
+
+def test_hierarchical_allreduce_needs_nodes_on_the_in_process_communicator(monkeypatch):
+    monkeypatch.delenv("MINIDL_RANKS_PER_NODE", raising=False)
+    with pytest.raises(ValueError, match="MINIDL_RANKS_PER_NODE=K"):
+        collectives.simulate(2, lambda comm: dist.allreduce(comm, np.ones(3), "hierarchical"))
+    monkeypatch.setenv("MINIDL_RANKS_PER_NODE", "two")
+    with pytest.raises(ValueError, match="MINIDL_RANKS_PER_NODE must be a positive integer, got 'two'"):
+        collectives.simulate(2, lambda comm: dist.allreduce(comm, np.ones(3), "hierarchical"))

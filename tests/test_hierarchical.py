@@ -36,3 +36,25 @@ def test_shape_and_integer_dtype_are_kept():
 def test_nodes_of_unequal_size_and_bad_groupings_are_refused():
     with pytest.raises(ValueError, match="ranks_per_node=4 must divide the 6 ranks"):
         collectives.simulate(6, lambda comm: hierarchical_allreduce(comm, np.ones(3), ranks_per_node=4))
+
+
+@pytest.mark.parametrize("p, k", [(8, 2), (12, 4), (16, 16), (6, 1)])
+def test_virtual_time_equals_the_closed_form(p, k):
+    """allreduce_time("hierarchical") replays the real schedule: the module doc's T to 1e-9 on even blocks."""
+    from collectives.algorithms.hierarchical import predict
+    from collectives.cost import CostParams
+    from collectives.virtual_time.network import LINKS
+
+    across, shm = CostParams(20e-6, 1e-9, 2e-10), LINKS["shm"]
+    inside = CostParams(shm.alpha, shm.beta, across.gamma)
+    nbytes = 4 * p * 1000
+    got = collectives.allreduce_time("hierarchical", p, nbytes, "crossbar", across, ranks_per_node=k)
+    assert got == pytest.approx(predict(p, k, nbytes, inside, across), rel=1e-9)
+    ring = collectives.allreduce_time("ring", p, nbytes, "crossbar", across, ranks_per_node=k)
+    assert (got < ring) == (1 < k < p) or k == 1  # fewer network latencies once a node holds several ranks
+
+
+def test_virtual_time_traces_uneven_blocks_and_the_check():
+    """n not a multiple of k (padded blocks), with the agreement checks of all three steps."""
+    t = collectives.allreduce_time("hierarchical", 6, 4 * 7, "10gbe", check=True, ranks_per_node=3)
+    assert t > collectives.allreduce_time("hierarchical", 6, 4 * 7, "10gbe", ranks_per_node=3) > 0

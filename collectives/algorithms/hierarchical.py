@@ -20,30 +20,93 @@ ring. Each rank sends 2 (N - 1)/N x n/k bytes across the network and pays 2 (N -
 about 2 (p - 1): the win grows with k when latency dominates (small buckets, many ranks per node).
 
 Nodes: ``comm.Split_type(MPI.COMM_TYPE_SHARED)`` (the ranks sharing memory), or, with ``ranks_per_node=k``, ranks
-r // k grouped together (for tests, and for the simulated communicator, which has no shared memory). Every node
+r // k grouped together (to emulate nodes on one machine, for tests, and for the virtual-time cluster). Every node
 must hold the same number of ranks (the blocks of step 2 must line up): anything else is an error on every rank.
+With ``ranks_per_node`` the two sub-communicators are ``GroupComm`` views of one Dup of ``comm`` whose members each
+rank works out alone, with no message: that is what lets ``collectives.allreduce_time("hierarchical", ...)`` trace
+the schedule one rank at a time (a rank traced alone cannot learn the others' colours in a Split).
+The vector is padded with zeros to k ceil(n / k) elements (n = 10, k = 4: 12, blocks of 3), so that the ranks of
+step 2 pass blocks of one size; the padding is reduced and then dropped. One agreement check over all the ranks
+comes first (with ``check``); the steps run unchecked, so the traced schedule holds at most one check.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from collectives.dispatch import allgather, allreduce, reduce_scatter
+from collectives.agreement import agree
+from collectives.algorithms import ring
+from collectives.dispatch import allreduce
+from collectives.loc import wire
+
+
+class GroupComm:
+    """Ranks ``members`` of ``comm`` as a communicator of their own (rank i here is ``comm``'s rank members[i]).
+
+    The point-to-point subset only; messages go through ``comm`` with the peers translated (a receive's Status,
+    if asked for, names ``comm``'s rank). Build it on a Dup of the parent so that its messages never match the
+    parent's. Any communicator with the subset will do: MPI's, the in-process one, the tracer's.
+    """
+
+    def __init__(self, comm: Any, members: Sequence[int]):
+        self.comm, self.members = comm, tuple(int(m) for m in members)
+        self._rank = self.members.index(comm.Get_rank())
+
+    def Get_rank(self) -> int:
+        return self._rank
+
+    def Get_size(self) -> int:
+        return len(self.members)
+
+    def _peer(self, rank: int) -> int:
+        return self.members[rank] if rank >= 0 else rank  # ANY_SOURCE stays itself
+
+    def Send(self, buf: Any, dest: int, tag: int = 0) -> None:
+        self.comm.Send(buf, self._peer(dest), tag)
+
+    def Recv(self, buf: Any, source: int = -2, tag: int = -1, status: Any = None) -> None:
+        self.comm.Recv(buf, self._peer(source), tag, status)
+
+    def Isend(self, buf: Any, dest: int, tag: int = 0) -> Any:
+        return self.comm.Isend(buf, self._peer(dest), tag)
+
+    def Irecv(self, buf: Any, source: int = -2, tag: int = -1) -> Any:
+        return self.comm.Irecv(buf, self._peer(source), tag)
+
+    def Sendrecv(
+        self, sendbuf: Any, dest: int, sendtag: int = 0, recvbuf: Any = None, source: int = -2, recvtag: int = -1
+    ) -> None:
+        self.comm.Sendrecv(sendbuf, self._peer(dest), sendtag, recvbuf, self._peer(source), recvtag)
+
+
+def predict(p: int, ranks_per_node: int, nbytes: float, inside: Any, across: Any) -> float:
+    """Seconds of the three steps with a ring at each level (the module doc's T), for blocks that divide evenly.
+
+    ``inside`` and ``across``: cost.CostParams of the links within a node and between nodes (gamma from ``inside``).
+    """
+    k, n = ranks_per_node, nbytes
+    N = p // k
+    within = 2 * (k - 1) * (inside.alpha + n / k * inside.beta) + (k - 1) * n / k * inside.gamma
+    between = 2 * (N - 1) * (across.alpha + n / (N * k) * across.beta) + (N - 1) * n / (N * k) * inside.gamma
+    return within + between
 
 
 def node_comms(comm: Any, ranks_per_node: int | None = None) -> tuple[Any, Any]:
     """(the ranks of my node, the ranks of every node with my local rank). Collective over ``comm``."""
     rank, p = comm.Get_rank(), comm.Get_size()
-    if ranks_per_node is None:
-        from mpi4py import MPI
+    if ranks_per_node is not None:
+        k = ranks_per_node
+        if int(k) != k or not 1 <= k <= p or p % k:
+            raise ValueError(f"hierarchical allreduce: ranks_per_node={k} must divide the {p} ranks")
+        k, node, j = int(k), rank // int(k), rank % int(k)
+        dup = comm.Dup()  # the two views share one context: no pair of ranks is in both
+        return GroupComm(dup, range(node * k, node * k + k)), GroupComm(dup, range(j, p, k))
+    from mpi4py import MPI
 
-        local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
-    else:
-        if int(ranks_per_node) != ranks_per_node or not 1 <= ranks_per_node <= p or p % ranks_per_node:
-            raise ValueError(f"hierarchical allreduce: ranks_per_node={ranks_per_node} must divide the {p} ranks")
-        local = comm.Split(rank // int(ranks_per_node), rank)
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
     sizes = allreduce(comm, np.array([local.Get_size(), -local.Get_size()], np.int64), op="max")
     if sizes[0] != -sizes[1]:
         raise ValueError(
@@ -53,17 +116,47 @@ def node_comms(comm: Any, ranks_per_node: int | None = None) -> tuple[Any, Any]:
 
 
 def hierarchical_allreduce(
-    comm: Any, x: Any, op: str = "sum", ranks_per_node: int | None = None, algorithm: str = "ring"
+    comm: Any,
+    x: Any,
+    op: str = "sum",
+    ranks_per_node: int | None = None,
+    algorithm: str = "ring",
+    check: bool = True,
+    nodes: tuple[Any, Any] | None = None,
 ) -> np.ndarray:
     """The elementwise ``op`` of every rank's ``x`` (a new array, the same bits on every rank), by the three steps
-    of the module doc; ``algorithm`` is step 2's allreduce across nodes."""
-    x = np.asarray(x)
-    local, cross = node_comms(comm, ranks_per_node)
-    k, n = local.Get_size(), x.size
-    block = reduce_scatter(local, x.reshape(-1), op)  # np.array_split's blocks: sizes known from n and k
-    block = allreduce(cross, block, op, algorithm)
-    sizes = [len(b) for b in np.array_split(np.empty(n, np.int8), k)]
-    padded = np.zeros(max(sizes), x.dtype)
-    padded[: block.size] = block
-    stacked = allgather(local, padded)  # k equal-length rows, each block padded to the largest
-    return np.concatenate([stacked[j, : sizes[j]] for j in range(k)]).reshape(x.shape)
+    of the module doc; ``algorithm`` is step 2's allreduce across nodes.
+
+    ``nodes``: the (local, cross) communicators of ``node_comms`` made once and kept (the data-parallel optimizer
+    does), else made for this call. ``check``: one agreement check over ``comm`` first (shape, dtype, op and the
+    algorithm, as every collective here), none inside the three steps.
+    """
+    local, cross = nodes or node_comms(comm, ranks_per_node)
+    try:
+        return _three_steps(comm, local, cross, x, op, algorithm, check)
+    finally:
+        if nodes is None:
+            free(local, cross)
+
+
+def free(local: Any, cross: Any) -> None:
+    """Free what ``node_comms`` made (the views' one Dup, or the two Split communicators)."""
+    made = [local.comm] if isinstance(local, GroupComm) else [local, cross]  # the views share one Dup
+    for c in made:
+        c.Free()
+
+
+def _three_steps(comm: Any, local: Any, cross: Any, x: Any, op: Any, algorithm: str, check: bool) -> np.ndarray:
+    shape = np.shape(x)
+    flat, f = agree(comm, x, op, f"hierarchical-{algorithm}.allreduce", check=check)  # one check for all steps
+    k, n = local.Get_size(), flat.size
+    m = -(-n // k)  # every block padded to ceil(n / k): step 2's blocks line up on every rank
+    padded = np.zeros(k * m, flat.dtype)
+    padded[:n] = flat
+    b = [j * m for j in range(k + 1)]
+    acc = np.empty_like(padded)
+    ring.reduce_scatter_into(wire(local, acc.dtype), padded, acc, f, b)  # step 1: block j on local rank j
+    j = local.Get_rank()
+    acc[b[j] : b[j + 1]] = allreduce(cross, acc[b[j] : b[j + 1]], op, algorithm, check=False)  # step 2
+    ring.allgather_into(wire(local, acc.dtype), acc, b)  # step 3
+    return acc[:n].reshape(shape)

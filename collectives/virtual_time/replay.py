@@ -311,6 +311,8 @@ def _time(algorithm, p, nbytes, network, params, dtype, check, engine, options) 
         raise ValueError(f"allreduce_time: unknown engine {engine!r}: expected auto, events, rounds or formula")
     if algorithm == "auto":  # the fastest on this network, as simulated (the topology and contention included)
         return min(_time(a, p, nbytes, network, params, dtype, check, engine, options) for a in ALGORITHMS)
+    if algorithm == "hierarchical":  # hierarchical.py's nodes are the network's (ranks_per_node, default 1)
+        algorithm = f"hierarchical:{int(options.get('ranks_per_node', 1))}"
     net = get_network(network, params, **options)
     if engine == "formula":  # cost.py's rounds with the links' latency and their sharing
         return formula_time(algorithm, p, nbytes, net.fabric(int(p)), net.params.alpha)

@@ -264,6 +264,20 @@ BLOCKS = {  # name: (collective, algorithm); the first of each collective's name
 PER_PEER = ("scatter", "alltoall")  # calls whose input is (p, n): n bytes for each rank
 
 
+def _hierarchical(name: str) -> Callable | None:
+    """ "hierarchical:K": hierarchical.py's allreduce with nodes of K consecutive ranks (ring across them), or None."""
+    head, _, k = name.partition(":")
+    if head != "hierarchical" or not k.isdigit() or int(k) < 1:
+        return None
+
+    def call(comm: TraceComm, x: np.ndarray, op: CountingOp, check: bool) -> Any:
+        from collectives.algorithms.hierarchical import hierarchical_allreduce
+
+        return hierarchical_allreduce(comm, x, op, ranks_per_node=int(k), check=check)  # type: ignore[arg-type]
+
+    return call
+
+
 def calls() -> dict[str, Callable]:
     """Every traceable call by name: the allreduce algorithms, "auto", and "collective[:algorithm]" blocks."""
     from collectives.cost import ALGORITHMS
@@ -309,14 +323,14 @@ def trace_rows(
 ) -> list[list[Row]]:
     """``trace`` as rows of ints (see Event), the form the replay reads; only ``ranks`` (default all)."""
     table = calls()
-    if algorithm not in table:
-        raise ValueError(f"trace: unknown call {algorithm!r}: expected one of {', '.join(table)}")
+    fn = table.get(algorithm) or _hierarchical(algorithm)
+    if fn is None:
+        raise ValueError(f"trace: unknown call {algorithm!r}: expected one of {', '.join(table)}, hierarchical:K")
     if not isinstance(p, (int, np.integer)) or p < 1:
         raise ValueError(f"trace: p must be a positive integer, got {p!r}")
     check_memory(algorithm, int(p), traced=None if ranks is None else len(ranks) + 1)
     dtype = np.dtype(dtype)
     x = _input(algorithm, p, nbytes, dtype)
-    fn = table[algorithm]
     return trace_function(int(p), lambda comm: fn(comm, x, comm.op(op), check), keep_check=check, ranks=ranks)
 
 
@@ -373,6 +387,7 @@ def events_estimate(call: str, p: int) -> int:
         "rabenseifner": 2 * q * k + 2 * rem,
         "reduce_scatter": p * (p - 1),  # the ring's; recursive halving sends fewer
         "allgather": p * (p - 1),
+        "hierarchical": 2 * p * (p - 1),  # at most: nodes of one rank make it a ring
     }.get(call.split(":")[0], 2 * p * max(k, 1))  # auto, broadcast, reduce, gather, scatter: p log p at most
     return 3 * messages
 

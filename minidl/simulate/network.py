@@ -6,7 +6,8 @@ virtual time on a network model (named links with their sources, topologies, nod
 max-min fair contention; ``crossbar`` is cost.py's closed form exactly). Results are cached.
 
 "auto" here is the algorithm the simulation finds fastest for this size and network (``collectives``'
-own "auto" is the cost model's choice, which ignores the topology).
+own "auto" is the cost model's choice, which ignores the topology). "hierarchical" is
+collectives/algorithms/hierarchical.py on nodes of ``ranks_per_node`` ranks (the simulated cluster's nodes).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 import collectives
 from collectives import cost
 
-ALGORITHMS = (*cost.ALGORITHMS, "auto")
+ALGORITHMS = (*cost.ALGORITHMS, "hierarchical", "auto")  # hierarchical: nodes of ranks_per_node ranks
 
 
 def allreduce_time(

@@ -44,3 +44,20 @@ def test_fp16_compression_stays_close(comm, algorithm):
     got = train("cnn", init, 1, comm, algorithm, world=comm.Get_size(), compression="fp16")
     assert_same_state(got, want, rtol=5e-3)
     dist.barrier()
+
+
+@pytest.mark.parametrize("kind", ["lm", "cnn_syncbn"])
+@pytest.mark.parametrize("k", ["shared memory", 1, 2])
+def test_hierarchical_allreduce_equals_big_batch(comm, kind, k, monkeypatch):
+    """allreduce='hierarchical': nodes of the ranks sharing memory (one here), or of k ranks (MINIDL_RANKS_PER_NODE)."""
+    P = comm.Get_size()
+    if k != "shared memory" and P % k:
+        pytest.skip(f"nodes of {k} ranks do not divide {P}")
+    if k == "shared memory":
+        monkeypatch.delenv("MINIDL_RANKS_PER_NODE", raising=False)
+    else:
+        monkeypatch.setenv("MINIDL_RANKS_PER_NODE", str(k))
+    init = initial_state(kind)
+    want = train(kind, init, STEPS, world=P)
+    got = train(kind, init, STEPS, comm, "hierarchical", world=P)
+    assert_same_state(got, want, what=f"rank {comm.Get_rank()}, {kind}, hierarchical (nodes: {k}), P={P}: ")

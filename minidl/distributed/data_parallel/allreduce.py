@@ -1,8 +1,14 @@
 """One entry point for every allreduce a data-parallel step can use.
 
 ``algorithm`` names a hand-written algorithm from ``collectives`` (naive, tree, ring,
-recursive_doubling, rabenseifner, or auto, which picks one from the cost model) or ``"mpi"``,
+recursive_doubling, rabenseifner, or auto, which picks one from the cost model), ``"hierarchical"``
+(collectives/algorithms/hierarchical.py: within each node, across the nodes, within again) or ``"mpi"``,
 the MPI library's own ``Allreduce``, the yardstick the others are measured against.
+
+The hierarchical allreduce's nodes are the ranks sharing memory (MPI's ``Split_type``), or, with the
+environment variable MINIDL_RANKS_PER_NODE=K, K consecutive ranks (nodes emulated on one machine, and the
+only way on the in-process communicator, which has no shared memory). Its node communicators are made once
+per communicator and kept.
 """
 
 from __future__ import annotations
@@ -11,7 +17,9 @@ from typing import Any
 
 import numpy as np
 
-ALGORITHMS = ("ring", "tree", "naive", "recursive_doubling", "rabenseifner", "auto", "mpi")
+ALGORITHMS = ("ring", "tree", "naive", "recursive_doubling", "rabenseifner", "auto", "mpi", "hierarchical")
+RANKS_PER_NODE = "MINIDL_RANKS_PER_NODE"
+_NODES: dict[tuple[int, str], tuple[Any, tuple[Any, Any]]] = {}  # (id(comm), K) -> (comm, its node comms)
 
 
 def check_algorithm(algorithm: str) -> str:
@@ -30,9 +38,36 @@ def allreduce(comm: Any, x: np.ndarray, algorithm: str = "ring", op: str = "sum"
     check_algorithm(algorithm)
     if algorithm == "mpi":
         return _mpi_allreduce(comm, x, op, check)
+    if algorithm == "hierarchical":
+        from collectives.algorithms.hierarchical import hierarchical_allreduce
+
+        return hierarchical_allreduce(comm, x, op, check=check, nodes=node_comms(comm))
     import collectives
 
     return collectives.allreduce(comm, x, op=op, algorithm=algorithm, check=check)
+
+
+def node_comms(comm: Any) -> tuple[Any, Any]:
+    """(my node's ranks, the ranks with my local rank on every node) of ``comm``, made on first use and kept
+    (a Dup or two Splits: collective, so every rank asks at the same call). Nodes as the module doc says."""
+    import os
+
+    from collectives.algorithms import hierarchical
+
+    text = os.environ.get(RANKS_PER_NODE, "").strip()
+    key = (id(comm), text)
+    if key not in _NODES or _NODES[key][0] is not comm:
+        if not text and not hasattr(comm, "Split_type"):
+            raise ValueError(
+                f"allreduce='hierarchical': {type(comm).__name__} has no shared-memory nodes (Split_type); "
+                f"set {RANKS_PER_NODE}=K to make nodes of K consecutive ranks"
+            )
+        if text and not (text.isdigit() and int(text) >= 1):
+            raise ValueError(f"{RANKS_PER_NODE} must be a positive integer, got {text!r}")
+        if len(_NODES) >= 16:  # communicators come and go in tests: keep the most recent
+            del _NODES[next(iter(_NODES))]
+        _NODES[key] = comm, hierarchical.node_comms(comm, int(text) if text else None)
+    return _NODES[key][1]
 
 
 def _mpi_allreduce(comm: Any, x: np.ndarray, op: str, check: bool = True) -> np.ndarray:
