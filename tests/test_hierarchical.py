@@ -45,12 +45,13 @@ def test_virtual_time_equals_the_closed_form(p, k):
     from collectives.cost import CostParams
     from collectives.virtual_time.network import LINKS
 
-    across, shm = CostParams(20e-6, 1e-9, 2e-10), LINKS["shm"]
-    inside = CostParams(shm.alpha, shm.beta, across.gamma)
-    nbytes = 4 * p * 1000
-    got = collectives.allreduce_time("hierarchical", p, nbytes, "crossbar", across, ranks_per_node=k)
+    inside = CostParams(5e-6, 3e-10, 2e-10)  # the link within a node (as calibrated here), and gamma
+    ten = LINKS["10gbe"]
+    across = CostParams(ten.alpha, ten.beta, inside.gamma)
+    nbytes, net = 4 * p * 1000, {"ranks_per_node": k, "topology": "crossbar"}  # a wire per pair: no sharing
+    got = collectives.allreduce_time("hierarchical", p, nbytes, "10gbe", inside, **net)
     assert got == pytest.approx(predict(p, k, nbytes, inside, across), rel=1e-9)
-    ring = collectives.allreduce_time("ring", p, nbytes, "crossbar", across, ranks_per_node=k)
+    ring = collectives.allreduce_time("ring", p, nbytes, "10gbe", inside, **net)
     assert (got < ring) == (1 < k < p) or k == 1  # fewer network latencies once a node holds several ranks
 
 
