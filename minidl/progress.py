@@ -11,6 +11,7 @@ weak-scaling efficiency. Evaluation and checkpoints are not training time: the c
 from __future__ import annotations
 
 import json
+import sys
 import time
 from typing import Any
 
@@ -65,13 +66,15 @@ class Throughput:
 
 
 class Progress:
-    def __init__(self, task: Any, strategy: Any, args: Any, steps_per_epoch: int, total: int):
+    def __init__(self, task: Any, strategy: Any, args: Any, steps_per_epoch: int, total: int, start: int = 0):
         self.task, self.strategy, self.ctx = task, strategy, strategy.ctx
         self.spe, self.total = steps_per_epoch, total
         self.log_every = args.log_every or max(1, steps_per_epoch // task.lines_per_epoch)
         self.speed = Throughput(task.unit, strategy.replicas, args.baseline_wps)
         self.history: dict[str, list] = {"train": [], task.epoch_split: []}
         self.started, self.lr, self.sums = time.perf_counter(), 0.0, np.zeros(task.tally_width)
+        self.first_step = start  # the step the ETA's pace counts from (a resumed run's first)
+        self.bar = sys.stdout.isatty()  # a terminal: a bar before the ETA; a log: plain lines
         prints = self.ctx.rank == strategy.log_rank
         self.json = open(args.log_json, "w") if args.log_json and prints else None  # noqa: SIM115 - closed in finish
         if self.json is not None:  # first, what the numbers ran on: the BLAS kernel, CPU, MPI, a measured sgemm
@@ -80,11 +83,13 @@ class Progress:
             self.json.write(json.dumps({"kind": "machine", **machine_facts(SGEMM_QUICK_N)}) + "\n")
 
     def emit(self, record: dict[str, Any], text: str) -> None:
-        """Print ``text`` and log ``record`` on the rank that reports (rank 0; the first worker of a parameter server)."""
+        """Print ``text`` and log ``record`` on the rank that reports (rank 0; the first worker of a parameter server),
+        the record with its wall-clock ``time`` (Unix seconds) and the seconds ``elapsed`` since the run began."""
         if self.ctx.rank == self.strategy.log_rank:
             print(text, flush=True)
             if self.json is not None:
-                self.json.write(json.dumps(record) + "\n")
+                stamp = {"time": round(time.time(), 3), "elapsed": round(time.perf_counter() - self.started, 3)}
+                self.json.write(json.dumps(record | stamp) + "\n")
                 self.json.flush()
 
     def step(self, pos: Any, batch: Any, loss: float | None) -> None:
@@ -103,12 +108,23 @@ class Progress:
         for phase in ("compute", "wait", "communication"):
             record[f"{phase[:4]}_s"] = timings[phase] if timings else None
         text = f"{self.task.progress_text(record, pos, self.spe)} | {self.speed.format(rate)}{self.strategy.suffix()}"
+        text += f" | {self.eta(pos.step)}"
         if timings:
             step_s = sum(timings.values())
             parts = " ".join(f"{k[:4]} {100 * v / max(step_s, 1e-12):.0f}%" for k, v in timings.items())
             text += f" | {1e3 * step_s:.0f} ms/step: {parts}"
         self.history["train"].append((pos.step, *(record[k] for k in self.task.history_keys)))
         self.emit(record, text)
+
+    def eta(self, step: int) -> str:
+        """ "38% ETA 1:02" (steps done of all, the time left at the pace so far, evaluations included), after a
+        bar of 20 cells on a terminal: ``[#######.............]``."""
+        done, seconds = step - self.first_step, time.perf_counter() - self.started
+        left = (self.total - step) * seconds / max(done, 1)
+        fraction = step / max(self.total, 1)
+        text = f"{100 * fraction:.0f}% ETA {format_duration(left)}"
+        cells = int(20 * fraction)
+        return f"[{'#' * cells}{'.' * (20 - cells)}] {text}" if self.bar else text
 
     def evaluation(self, pos: Any, split: str, result: dict[str, Any]) -> None:
         record = {"kind": "eval", "split": split, "step": pos.step, "epoch": pos.epoch, **scalars(result, split)}

@@ -5,7 +5,7 @@ then run 16 threads on 4 cores, which fight for the cores and the caches: a data
 17x slower that way than with one thread per rank. The Makefile sets ``OMP_NUM_THREADS=1``; a command
 typed by hand does not, so the entry points (``python -m minidl.train``, ``python -m collectives.bench``)
 call ``limit_blas_threads()`` first. It changes nothing when the user set any of the thread variables,
-and it warns when ranks x threads exceed the node's cores.
+and it warns when ranks x threads exceed the node's cores (with one thread per rank: when ranks exceed cores).
 """
 
 from __future__ import annotations
@@ -40,21 +40,21 @@ def limit_blas_threads(environ: dict[str, str] | None = None, quiet: bool = Fals
     """Keep one BLAS thread per rank when ranks share a node; returns the limit set, or None.
 
     Nothing is changed when a thread variable is set (the user chose) or when one rank runs on the node.
-    Rank 0 prints one line saying what was done; any rank whose ranks x threads exceed the cores warns.
+    Rank 0 prints one line saying what was done, and a warning when ranks x threads exceed the cores.
     """
     env = os.environ if environ is None else environ
     local, cores = ranks_on_this_node(env), os.cpu_count() or 1
     chosen = [name for name in THREAD_VARIABLES if env.get(name)]
-    if chosen:
-        threads = env[chosen[0]]
-        if threads.isdigit() and local * int(threads) > cores and not quiet and _rank(env) == 0:
-            print(
-                f"warning: {local} ranks x {threads} threads ({chosen[0]}) on {cores} cores: the ranks will "
-                "fight for the cores; set OMP_NUM_THREADS so that ranks x threads <= cores",
-                file=sys.stderr,
-            )
-        return None
-    if local <= 1:
+    threads = env[chosen[0]] if chosen else "1"
+    if threads.isdigit() and local * int(threads) > cores and not quiet and _rank(env) == 0:
+        why = f" ({chosen[0]})" if chosen else ""
+        print(
+            f"warning: {local} ranks x {threads} thread{'s' * (threads != '1')}{why} on {cores} cores: the ranks will "
+            "fight for the cores (each step waits for the slowest); use at most one rank per core"
+            + ("; set OMP_NUM_THREADS so that ranks x threads <= cores" if chosen else ""),
+            file=sys.stderr,
+        )
+    if chosen or local <= 1:
         return None
     from threadpoolctl import threadpool_limits
 

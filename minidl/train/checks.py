@@ -21,6 +21,8 @@ from typing import Any
 from minidl.data.text import PTB_FILES, PTB_HINT
 from minidl.distributed.usage import UsageError
 
+IDX_FILES = [f"{kind}-{what}" for kind in ("train", "t10k") for what in ("images-idx3-ubyte", "labels-idx1-ubyte")]
+
 __all__ = ["UsageError", "check_args"]
 
 # flag: its default, the --parallel modes it applies to, and why
@@ -120,8 +122,12 @@ def check_paths(args: argparse.Namespace, root: bool = True) -> None:
         if not os.path.isdir(data) or missing:
             problem = "no such directory" if not os.path.isdir(data) else f"missing {', '.join(missing)}"
             raise UsageError(f"--data {data}: {problem}; {PTB_HINT}")
-    elif data is not None and not os.path.isdir(data):
-        raise UsageError(f"--data {data}: no such directory")
+    elif data is not None:  # the CNN's --data: MNIST-format IDX files
+        if not os.path.isdir(data):
+            raise UsageError(f"--data {data}: no such directory")
+        missing = [f for f in IDX_FILES if not any(os.path.isfile(os.path.join(data, f + gz)) for gz in ("", ".gz"))]
+        if missing:
+            raise UsageError(f"--data {data}: missing {', '.join(missing)} (MNIST-format IDX files, optionally .gz)")
     if text is not None and not os.path.isfile(text):
         raise UsageError(f"--text {text}: no such file")
     resume, save = getattr(args, "resume", None), getattr(args, "save", None)

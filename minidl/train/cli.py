@@ -10,10 +10,11 @@ aborts the job (``dist.run``) instead of leaving the others waiting.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -21,7 +22,7 @@ import minidl
 import minidl.distributed as dist
 from minidl.distributed.pipeline.schedule import SCHEDULES
 from minidl.distributed.timeout import train_timeout
-from minidl.distributed.usage import launch_rank, validate_or_exit
+from minidl.distributed.usage import launch_rank, print_error, validate_or_exit
 from minidl.train.checks import check_args
 from minidl.train.loop import fit
 from minidl.train.strategies import STRATEGIES, Context, SingleProcess
@@ -117,9 +118,26 @@ FLAGS: dict[str, list[tuple[str, dict[str, Any], str]]] = {  # group -> (flag, a
 }
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with a wrong flag told in one line, once per job (rank 0), with the nearest flag: under mpiexec
+    every rank parses the same flags, and argparse's usage (30 lines) per rank buries the line that matters."""
+
+    def error(self, message: str) -> NoReturn:
+        flags = [o for action in self._actions for o in action.option_strings if o.startswith("--")]
+        guesses = [
+            f"did you mean {close[0]}?"
+            for word in message.partition("arguments: ")[2].split()
+            if word.startswith("--") and (close := difflib.get_close_matches(word.split("=")[0], flags, n=1))
+        ]
+        if launch_rank() == 0:
+            hint = f" ({'; '.join(guesses)})" if guesses else ""
+            print_error(f"{self.prog}: error: {message}{hint}; the flags: {self.prog} --help")
+        raise SystemExit(2)
+
+
 def build_parser(task: Any) -> argparse.ArgumentParser:
     """The flags of program ``task`` (a task class): its own, the run's, the ``--parallel`` modes'."""
-    parser = argparse.ArgumentParser(prog=f"{PROG} {task.name}", description=task.__doc__)
+    parser = Parser(prog=f"{PROG} {task.name}", description=task.__doc__)
     parser.add_argument("--preset", choices=sorted(task.PRESETS), help="settings (default: demo; quick with --quick)")
     task.add_arguments(parser)
     modes = "; ".join(
@@ -144,16 +162,48 @@ def resolve(task: Any, args: argparse.Namespace) -> tuple[str, Any]:
     return preset, task.PRESETS[preset].with_(**changes)
 
 
+def changed_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
+    """The flags given with a value other than their default, as typed (``--precision fp16 --sparse-embedding``),
+    but those that only say where to write or how often to print: what the run header names."""
+    words = []
+    for action in parser._actions:
+        value = getattr(args, action.dest, None)
+        if not action.option_strings or action.dest in BOOKKEEPING or value is None or value == action.default:
+            continue
+        flag = action.option_strings[-1]
+        words.append(
+            flag if value is True else f"{flag} {':'.join(map(str, value)) if isinstance(value, tuple) else value}"
+        )
+    return " ".join(words)
+
+
+BOOKKEEPING = {
+    "help",
+    "preset",
+    "quick",
+    "print_config",
+    "log_every",
+    "log_json",
+    "save",
+    "resume",
+    "save_every",
+    "keep",
+}
+
+
 def run(task_class: Any, argv: list[str] | None = None) -> dict[str, Any]:
     """Parse ``argv`` (the flags after ``lm``/``cnn``), train, and return the run's numbers and final parameters."""
-    args = build_parser(task_class).parse_args(argv)
+    parser = build_parser(task_class)
+    args = parser.parse_args(argv)
     preset, cfg = resolve(task_class, args)
     if args.print_config:
+        cfg = task_class.configured(args, cfg, preset)
         settings = {"program": task_class.name, "preset": preset, "config": cfg.as_dict(), "flags": vars(args)}
         if launch_rank() == 0:  # under mpiexec: rank 0 prints
             print(json.dumps(settings, indent=2))
         return settings
     args.argv = list(sys.argv[2:] if argv is None else argv)  # the flags, for the resume command after a Ctrl-C
+    args.changes = changed_flags(parser, args)  # named in the run's header
     validate_or_exit(args, check_args, PROG)  # every flag checked before anything is built: one line and exit 2
     if args.staleness_bound is not None and not args.asynchronous:
         raise SystemExit("--staleness-bound needs --async (a synchronous parameter server is never stale)")

@@ -82,8 +82,14 @@ class LMTask(Task):
         model.add_argument("--eval-batch-size", type=cli.positive_int, default=10, help="streams per rank, evaluating")
 
     def __init__(self, args: argparse.Namespace, cfg: LMConfig, preset: str):
-        self.args, self.cfg, self.max_grad_norm = args, cfg, cfg.max_grad_norm
+        self.args, self.max_grad_norm = args, cfg.max_grad_norm
         self.corpus = load_corpus(args, preset)
+        self.cfg = cfg.with_(vocab_size=len(self.corpus.vocab))  # the corpus's, not the preset's (PTB's 10,000)
+
+    @classmethod
+    def configured(cls, args: argparse.Namespace, cfg: LMConfig, preset: str) -> LMConfig:
+        """The settings the run uses (``--print-config``): the vocabulary is the corpus's."""
+        return cfg.with_(vocab_size=len(load_corpus(args, preset).vocab))
 
     def prepare(self, shard: tuple[int, int]) -> int:
         """This rank's streams of the training split; returns the windows per epoch."""

@@ -48,6 +48,11 @@ class Task:
         """Words (or images) in a batch: the unit of throughput."""
         return batch[1].size
 
+    @classmethod
+    def configured(cls, args: Any, cfg: Any, preset: str) -> Any:
+        """The settings the run uses, where the data decides some (``--print-config``): here, the preset's."""
+        return cfg
+
     def carried_state(self) -> dict[str, Any]:
         return {}
 
@@ -72,11 +77,11 @@ def fit(task: Any, strategy: Strategy, args: Any, preset: str) -> dict[str, Any]
     epochs = task.cfg.epochs
     total = min(args.max_steps or epochs * spe, epochs * spe)
     pos = strategy.resume(task, preset) if args.resume else Position()
-    log = Progress(task, strategy, args, spe, total)
+    log = Progress(task, strategy, args, spe, total, start=pos.step)
     title, lines = task.header(preset, n_params, spe, total if args.max_steps else None)
-    log.header(
-        title, lines + ([f"resumed from {args.resume}: epoch {pos.epoch}, step {pos.step}"] if args.resume else [])
-    )
+    lines += [f"resumed from {args.resume}: epoch {pos.epoch}, step {pos.step}"] if args.resume else []
+    lines += [f"flags that change the run: {args.changes}"] if getattr(args, "changes", "") else []
+    log.header(title, lines)
     watch = Watch(immediate=args.parallel == "ps")  # Ctrl-C: stop after a step the ranks agree on
     try:
         if strategy.serves:
