@@ -7,8 +7,6 @@ hop counts of each topology, and SimGrid as an oracle where the system Python ha
 
 from __future__ import annotations
 
-import argparse
-
 import pytest
 
 import collectives
@@ -47,7 +45,9 @@ def test_each_link_adds_its_latency_on_the_crossbar():
     """2 links a message: the ring on p ranks pays 2 (p - 1) rounds x 2 link latencies more, exactly."""
     p = 6
     without = time("ring", p, 6000, "crossbar", engine="events", link_latency=0.0)
-    assert time("ring", p, 6000, "crossbar", engine="events") == pytest.approx(without + 2 * (p - 1) * 2 * LAT, rel=1e-12)
+    assert time("ring", p, 6000, "crossbar", engine="events") == pytest.approx(
+        without + 2 * (p - 1) * 2 * LAT, rel=1e-12
+    )
     assert cost.predict("ring", p, 6000, PARAMS, link_latency=LAT) == pytest.approx(
         cost.predict("ring", p, 6000, PARAMS) + 2 * (p - 1) * 2 * LAT, rel=1e-12
     )
@@ -66,7 +66,9 @@ def test_closed_form_at_scale_matches_the_rounds_engine():
     for topology, options in TOPOLOGIES[2:]:
         for algorithm in ("ring", "recursive_doubling"):
             rounds = time(algorithm, 256, 1 << 24, topology, engine="rounds", **options)
-            assert time(algorithm, 256, 1 << 24, topology, engine="formula", **options) == pytest.approx(rounds, rel=1e-9)
+            assert time(algorithm, 256, 1 << 24, topology, engine="formula", **options) == pytest.approx(
+                rounds, rel=1e-9
+            )
 
 
 def test_route_links_count_the_longest_route_of_each_round():

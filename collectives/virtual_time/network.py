@@ -223,16 +223,25 @@ def get_link(name: str | Link) -> Link:
 
 def get_network(network: str | Network, params: CostParams | None = None, **options) -> Network:
     """``network`` as a Network: "crossbar" (cost.py's model, ``params``), a named link (LINKS, on
-    ``Cluster``'s topology and options), or a Network object, returned as it is."""
+    ``Cluster``'s topology and options), or a Network object, returned as it is.
+
+    Calibrated constants apply to the link they were measured on: ``params`` (what calibrate measured
+    among the ranks of this machine) are the link within a node as well as between "crossbar" nodes;
+    for a named link they are the link within a node (its own constants between nodes). Without
+    ``params`` a node's ranks talk through "shm" (cost.DEFAULT, measured on the development machine).
+    """
     if isinstance(network, Network):
         if options:
             raise ValueError(f"options {sorted(options)} apply to a named network, not to a Network object")
         return network
     if network == "crossbar" and not options:
         return Crossbar(params)
-    if network == "crossbar":  # the model's alpha and beta between nodes, with the options' nodes
+    if network == "crossbar":  # the model's alpha and beta between the nodes and within them
         c = params or get_params()
-        return Cluster(Link("crossbar", c.alpha, 1 / c.beta), params=params, **{"topology": "crossbar", **options})
+        link = Link("crossbar", c.alpha, 1 / c.beta if c.beta else np.inf)
+        return Cluster(link, params=params, **{"topology": "crossbar", "intra": link, **options})
+    if params is not None and "intra" not in options:  # measured here, by calibrate: the link within a node
+        options["intra"] = Link("calibrated", params.alpha, 1 / params.beta if params.beta else np.inf)
     return Cluster(get_link(network), params=params, **options)
 
 
