@@ -71,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     t.add_argument("--fusion-mb", type=float, default=64.0, help="tensor fusion MiB per bucket (default 64)")
     t.add_argument("--profile-steps", type=int, default=5, help="steps measured (median; default 5)")
+    t.add_argument(
+        "--sparse-embedding", action="store_true", help="lm: the embedding's gradient exchanged as its non-zero rows"
+    )
     o = p.add_argument_group("output")
     o.add_argument("--json", action="store_true", help="one JSON object per row")
     o.add_argument("--plot", metavar="FILE", help="speed-up against nodes, one curve per algorithm and network")
@@ -133,6 +136,8 @@ def parse_description(text: str) -> Profile:
 
 
 def get_profile(args: argparse.Namespace) -> Profile:
+    if args.profile and args.sparse_embedding:
+        raise UsageError("--sparse-embedding: a given --profile already says which buckets go by rows; measure one")
     if args.profile:
         if "=" in args.profile:
             return parse_description(args.profile)
@@ -142,7 +147,7 @@ def get_profile(args: argparse.Namespace) -> Profile:
             raise UsageError(f"--profile: {args.profile}: {e}") from None
     opts = TaskOptions(
         args.preset, args.batch_size, args.num_steps, args.hidden_size, args.layers, args.vocab,
-        args.depth, args.width, args.dtype, args.fusion_mb, args.profile_steps,
+        args.depth, args.width, args.dtype, args.fusion_mb, args.profile_steps, sparse_embedding=args.sparse_embedding,
     )  # fmt: skip
     try:
         return profile_task(args.task, opts)

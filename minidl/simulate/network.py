@@ -41,6 +41,20 @@ def allreduce_time(
     return _cached(algorithm, p, int(nbytes), network, params, given)
 
 
+def collective_time(
+    call: str, p: int, nbytes: float, network: Any = "crossbar", params: cost.CostParams | None = None, **options
+) -> float:
+    """Virtual seconds of any traceable call (``collectives.virtual_time.trace.calls()``: "allgather:ring", ...) of
+    ``nbytes`` per rank on ``p`` ranks, without its agreement check; 0 for p = 1. ``options`` as allreduce_time's."""
+    if p < 1:
+        raise ValueError(f"collective_time: p must be >= 1, got {p}")
+    if p == 1:
+        return 0.0
+    return _cached(
+        call, p, int(nbytes), network, params, tuple(sorted((k, v) for k, v in options.items() if v is not None))
+    )
+
+
 @lru_cache(maxsize=4096)
 def _cached(algorithm: str, p: int, nbytes: int, network: Any, params: Any, options: tuple) -> float:
     return float(collectives.allreduce_time(algorithm, p, nbytes, network, params, **dict(options)))

@@ -36,6 +36,7 @@ from threadpoolctl import threadpool_limits
 import minidl.distributed as dist
 from minidl.distributed.comm import SingleProcess
 from minidl.distributed.data_parallel import fusion  # pack / unpack: DistributedOptimizer's own copies
+from minidl.distributed.data_parallel.sparse_rows import nonzero_rows
 from minidl.nn.module import Module
 from minidl.optim.optimizer import Optimizer
 
@@ -44,11 +45,17 @@ _autograd = importlib.import_module("minidl.autograd")  # where backward writes 
 
 @dataclass(frozen=True)
 class BucketProfile:
-    """One fusion bucket: its bytes, when it is ready (s after the backward starts), its pack + unpack time."""
+    """One fusion bucket: its bytes, when it is ready (s after the backward starts), its pack + unpack time.
+
+    A bucket exchanged by rows (``--sparse-embedding``: an embedding table's gradient, sparse_rows.py) has
+    ``rows`` > 0, the non-zero rows this rank's gradient holds in a step (median), of ``row_bytes`` each.
+    """
 
     nbytes: int
     ready_s: float
     pack_s: float = 0.0
+    rows: int = 0
+    row_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -184,8 +191,10 @@ def fusion_plan(optimizer: Optimizer, fusion_bytes: int) -> list[Any]:
 
 def _one_step(
     forward: Callable[[], Any], update: Callable[[], None], buckets: list[Any], model: Module
-) -> tuple[float, float, float, list[float], list[float]]:
-    """Times of one step: forward, backward, update, each bucket's ready time and pack + unpack time."""
+) -> tuple[float, float, float, list[float], list[float], list[int]]:
+    """Times of one step: forward, backward, update, each bucket's ready time and pack + unpack time, and the
+    non-zero rows of each rows bucket (0 for a dense one). A rows bucket's local work is finding its non-zero
+    rows and copying them out and back (sparse_rows.exchange_rows without the messages)."""
     model.zero_grad()
     t0 = time.perf_counter()
     loss = forward()
@@ -194,15 +203,34 @@ def _one_step(
         loss.backward()
     t2 = time.perf_counter()
     ready = [max((stamps.get(id(p), t1) for p in b.params), default=t1) - t1 for b in buckets]
-    packs = []
+    packs, rows = [], []
     for b in buckets:  # the copies around a bucket's allreduce (the allreduce itself is the network's)
         s = time.perf_counter()
-        fusion.unpack(b, fusion.pack(b), 1.0 / 2)  # as DistributedOptimizer scales by 1/P (gradients halved)
+        rows.append(_rows_work(b.params[0].grad) if b.rows else 0)
+        if not b.rows:
+            fusion.unpack(b, fusion.pack(b), 1.0 / 2)  # as DistributedOptimizer scales by 1/P (gradients halved)
         packs.append(time.perf_counter() - s)
     t3 = time.perf_counter()
     update()
     t4 = time.perf_counter()
-    return t1 - t0, t2 - t1, t4 - t3, ready, packs
+    return t1 - t0, t2 - t1, t4 - t3, ready, packs, rows
+
+
+def _rows_work(g: Any) -> int:
+    """A rows bucket's local work (find the non-zero rows, copy them out, add them back); how many there are."""
+    if g is None:
+        return 0
+    rows = g.reshape(len(g), -1)
+    ids = nonzero_rows(g)
+    rows[ids] += rows[ids].copy()  # the rows out to the allgather and back into the table, summed
+    rows[ids] *= 0.5
+    return len(ids)
+
+
+def _row_bytes(bucket: Any) -> int:
+    """Bytes of one row of a rows bucket's table (its one parameter, [V, ...])."""
+    data = bucket.params[0].data
+    return int(data[0].nbytes) if len(data) else 0
 
 
 def capture(
@@ -228,7 +256,9 @@ def capture(
     # ready times as fractions of each step's backward, so that one slow step does not shift them
     frac = np.median([np.asarray(r[3]) / max(r[1], 1e-12) for r in runs], axis=0)
     pack = np.median([r[4] for r in runs], axis=0)
+    rows = np.median([r[5] for r in runs], axis=0)
     profiled = tuple(
-        BucketProfile(int(b.nbytes), float(min(f, 1.0) * bwd), float(s)) for b, f, s in zip(buckets, frac, pack)
+        BucketProfile(int(b.nbytes), float(min(f, 1.0) * bwd), float(s), int(k), _row_bytes(b) if b.rows else 0)
+        for b, f, s, k in zip(buckets, frac, pack, rows)
     )
     return Profile(task, unit, int(items), fwd, bwd, upd, profiled, f"{source}, median of {steps} steps")

@@ -26,10 +26,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from collectives.cost import CostParams
-from minidl.simulate.network import allreduce_time
+from collectives.cost import CostParams, get_params
+from minidl.simulate.network import allreduce_time, collective_time
 from minidl.simulate.node import NodeSpec
-from minidl.simulate.profile import Profile
+from minidl.simulate.profile import BucketProfile, Profile
 
 
 @dataclass(frozen=True)
@@ -90,12 +90,41 @@ class Cluster:
             algorithm, self.ranks, nbytes, self.network, self.params, ranks_per_node=rpn, **dict(self.options)
         )
 
+    def call_s(self, call: str, nbytes: float) -> float:
+        """Any traced collective ("allgather:ring", "broadcast", ...) of ``nbytes`` per rank on this cluster."""
+        rpn = self.node.ranks_per_node
+        return collective_time(
+            call, self.ranks, nbytes, self.network, self.params, ranks_per_node=rpn, **dict(self.options)
+        )
+
+    def exchange_s(self, algorithm: str, bucket: BucketProfile) -> float:
+        """A bucket's exchange: the allreduce of its bytes, or for a rows bucket sparse_rows.exchange_rows.
+
+        Rows (each of p ranks with k non-zero rows of ``row_bytes``, K = p k, a table of V rows): an allgather of
+        the counts (16 bytes, with its agreement check: a recursive-doubling exchange of ~112 bytes), then ring
+        allgathers of the K row ids (8 k bytes a rank) and of the rows (k row_bytes a rank), and K rows added
+        (K row_bytes gamma); when K > V / 2 every rank falls back to the dense allreduce of the table instead.
+        """
+        if not bucket.rows or self.ranks == 1:
+            return self.allreduce_s(algorithm, bucket.nbytes)
+        p, k = self.ranks, bucket.rows
+        counts = self.call_s("allgather:ring", 16) + self.allreduce_s("recursive_doubling", 112)
+        if p * k > bucket.nbytes / bucket.row_bytes / 2:
+            return counts + self.allreduce_s(algorithm, bucket.nbytes)
+        gamma = (self.params or get_params()).gamma
+        return (
+            counts
+            + self.call_s("allgather:ring", 8 * k)
+            + self.call_s("allgather:ring", k * bucket.row_bytes)
+            + (p * k * bucket.row_bytes * gamma)
+        )
+
 
 def simulate_step(profile: Profile, cluster: Cluster, algorithm: str = "ring", overlap: bool = False) -> StepTime:
     """One step of ``profile`` (already scaled to the node) on ``cluster`` (see the module doc)."""
     if cluster.ranks == 1:
         return step_time(profile, [0.0] * len(profile.buckets), overlap)
-    bucket_s = [b.pack_s + cluster.allreduce_s(algorithm, b.nbytes) for b in profile.buckets]
+    bucket_s = [b.pack_s + cluster.exchange_s(algorithm, b) for b in profile.buckets]
     # DistributedOptimizer's barrier before the allreduces (measure_wait): a recursive-doubling exchange of 8 bytes
     barrier = 0.0 if overlap else cluster.allreduce_s("recursive_doubling", 8)
     return step_time(profile, bucket_s, overlap, barrier)

@@ -35,6 +35,7 @@ class TaskOptions:
     fusion_mb: float = 64.0
     steps: int = 5
     seed: int = 0
+    sparse_embedding: bool = False  # LM: the embedding's gradient exchanged as its non-zero rows (--sparse-embedding)
 
 
 def presets(kind: str) -> dict[str, Any]:
@@ -81,7 +82,14 @@ def profile_lm(o: TaskOptions) -> Profile:
     preset, cfg = _config("lm", o)
     vocab = o.vocab or lm_vocab(preset, cfg)
     B, T = cfg.batch_size, cfg.num_steps
-    model = LSTMLanguageModel(vocab, cfg.hidden_size, cfg.num_layers, cfg.dropout, init_scale=cfg.init_scale)
+    model = LSTMLanguageModel(
+        vocab,
+        cfg.hidden_size,
+        cfg.num_layers,
+        cfg.dropout,
+        init_scale=cfg.init_scale,
+        sparse_embedding=o.sparse_embedding,
+    )
     params = list(model.parameters())
     opt = optim.SGD(params, lr=cfg.lr)
     rng = np.random.default_rng(o.seed)
@@ -99,6 +107,7 @@ def profile_lm(o: TaskOptions) -> Profile:
 
     n = sum(p.data.size for p in params)
     task = f"LSTM LM preset {preset!r} ({cfg.num_layers} x {cfg.hidden_size}, vocabulary {vocab:,}, {n:,} parameters)"
+    task += ", embedding exchanged by rows" if o.sparse_embedding else ""
     return capture(task, "words", B * T, model, opt, forward, update, int(o.fusion_mb * 2**20), o.steps)
 
 
@@ -128,6 +137,8 @@ def profile_task(kind: str, options: TaskOptions) -> Profile:
     """Measure the profile of ``kind`` ("lm" or "cnn") here, in ``options.dtype``, seeded."""
     if kind not in ("lm", "cnn"):
         raise ValueError(f"unknown task {kind!r}: expected lm or cnn")
+    if options.sparse_embedding and kind != "lm":
+        raise ValueError("--sparse-embedding applies only to the language model (lm): this model has no embedding")
     previous = minidl.get_default_dtype()
     minidl.manual_seed(options.seed)
     minidl.set_default_dtype(np.float64 if options.dtype == "float64" else np.float32)
