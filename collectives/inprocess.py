@@ -422,6 +422,11 @@ def traffic(messages: Sequence[Message], nprocs: int, exclude_tags: Sequence[int
     return count, nbytes
 
 
+def recorded(comm: SimulatedComm) -> int:
+    """How many messages the world of an in-process communicator has recorded so far."""
+    return len(comm._world.messages)
+
+
 def _with_record(exc: Exception, world: _World) -> Exception:
     """A deadlock or timeout keeps the messages sent before it (``exc.messages``), for a report to draw."""
     exc.messages = list(world.messages)  # type: ignore[attr-defined]

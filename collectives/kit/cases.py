@@ -14,6 +14,7 @@ range, with which a summation order that differs between ranks changes the bits.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -115,7 +116,9 @@ def rank_data(
     uniform: integers over their whole range (wrap-around is exact in any order), or odd ones for a
     product (so that products do not all wrap to 0); floats in [-4, 4]; complex likewise in both
     parts; bools at random. wide: floats of either sign with magnitudes 10^-k..10^k (k = 3 for
-    float16, 8 otherwise), so sums in different orders round differently. Products take floats in
+    float16, 8 otherwise), so sums in different orders round differently. special: as uniform, with
+    about a third of the values signed zeros, infinities, NaN and subnormals (for the collectives that
+    move data, and max/min), which a collective must carry bit for bit. Products take floats in
     [0.5, 1.5] either way, which neither overflow nor underflow over 16 ranks. Pairs (maxloc,
     minloc): values from a few small integers, so that ties between ranks are common, and random
     indices.
@@ -138,13 +141,21 @@ def rank_data(
     shape = (shape,) if np.ndim(shape) == 0 else tuple(shape)
     if op == "prod":
         mags = rng.uniform(0.5, 1.5, (2, *shape))
+    elif values == "special":
+        mags = rng.uniform(-4.0, 4.0, (2, *shape))
+        specials = [-0.0, 0.0, np.inf, -np.inf, np.nan, float(np.finfo(dt).smallest_subnormal), -1e-45]
+        chosen = rng.random((2, *shape)) < 0.3
+        mags[chosen] = rng.choice(specials, int(chosen.sum()))
     elif values == "wide":
         k = 3 if dt.itemsize <= 2 else 8  # float16's largest value is 65504
         mags = rng.choice([-1.0, 1.0], (2, *shape)) * 10.0 ** rng.uniform(-k, k, (2, *shape))
     else:
         mags = rng.uniform(-4.0, 4.0, (2, *shape))
-    x = mags[0] + 1j * mags[1] if dt.kind == "c" else mags[0]
-    return x.astype(dt)
+    if dt.kind != "c":
+        return mags[0].astype(dt)
+    x = np.empty(shape, dt)
+    x.real, x.imag = mags[0], mags[1]  # not mags[0] + 1j * mags[1]: 1j * inf would be nan + inf j
+    return x
 
 
 # -- strategies: each usable on its own in a user's @given ---------------------------------------------
@@ -154,7 +165,8 @@ def ranks(max_ranks: int = 16) -> Any:
 
 
 def sizes(p: int, large: bool = True) -> Any:
-    """Element counts: 0, 1, below p, not divisible by p, small, and (``large``) over 10,000; shrinks toward 0."""
+    """Element counts: 0, 1, below p, not divisible by p, small, and (``large``) 2^k - 1, 2^k, 2^k + 1 and
+    between for k = 7..14, and over 10,000: every segment threshold is crossed from both sides. Shrinks toward 0."""
     st = _st()
     parts = [
         st.just(0),
@@ -163,7 +175,9 @@ def sizes(p: int, large: bool = True) -> Any:
         st.integers(1, 8).map(lambda k: k * p + 1 + k % max(p - 1, 1) if p > 1 else k),
         st.integers(0, 64),
     ]
-    if large:
+    if large:  # thresholds sit at powers of two: each boundary, and anywhere between 2^7 and 2^15
+        parts.append(st.integers(7, 14).flatmap(lambda k: st.sampled_from([2**k - 1, 2**k, 2**k + 1])))
+        parts.append(st.integers(7, 14).flatmap(lambda k: st.integers(2**k, 2 ** (k + 1))))
         parts.append(st.integers(LARGE, 3 * LARGE))
     return st.one_of(*parts)
 
@@ -175,8 +189,7 @@ def dtypes(names: Any = None) -> Any:
 
 def ops(dtype: str, names: Any = None) -> Any:
     """The ops defined for ``dtype`` (of ``names``, default all): sum, prod, max, min, logical, bitwise, maxloc/minloc."""
-    kind = np_dtype(dtype).kind
-    allowed = [op for op in (names or OP_KINDS) if kind in OP_KINDS[op] and not (kind == "b" and op in ("sum", "prod"))]
+    allowed = ops_for(dtype, names)
     if not allowed:
         raise ValueError(f"no op of {list(names or OP_KINDS)} is defined for dtype {dtype}")
     return _st().sampled_from(allowed)
@@ -185,3 +198,16 @@ def ops(dtype: str, names: Any = None) -> Any:
 def layouts(names: Any = None) -> Any:
     """Rank layouts as UCC's tests make them: the world, reversed, split in halves, odd/even (through Split)."""
     return _st().sampled_from(list(names or LAYOUTS))
+
+
+def ops_for(dtype: str, names: Sequence[str] | None = None) -> list[str]:
+    """The ops of ``names`` (default all) defined for ``dtype`` (common.reduction's rules)."""
+    kind = np_dtype(dtype).kind
+    return [o for o in (names or OP_KINDS) if kind in OP_KINDS[o] and not (kind == "b" and o in ("sum", "prod"))]
+
+
+def value_kinds(dtype: str, op: str | None) -> list[str]:
+    """uniform and wide floats; special values (signed zeros, inf, NaN, subnormals) where no sum is formed."""
+    if np_dtype(dtype).kind not in "fc":
+        return ["uniform"]
+    return ["uniform", "wide"] + ["special"] * (op in (None, "max", "min"))

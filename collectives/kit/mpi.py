@@ -3,9 +3,8 @@
 The same cases and properties as in-process, with three differences that MPI imposes:
 - p is the job's size. Smaller groups come from the layouts (reversed, halves, odd/even), made
   with the real ``MPI_Comm_split``.
-- Cases come from a NumPy generator seeded alike on every rank (hypothesis' choices would differ
-  between processes), and a failure is shrunk by trying, in the same order on every rank, smaller
-  n, the world layout and plain values, keeping the smallest case that still fails.
+- Cases are drawn as in-process (search.py), by a generator seeded alike on every rank, and a
+  failure is shrunk the same way but for p, every candidate's verdict agreed by all ranks.
 - Sends are made synchronous (``Ssend``, ``Issend``), as the in-process ranks make them, so a
   schedule that relies on MPI buffering short messages hangs here at every size; a watchdog on
   each rank ends a case that runs past ``--timeout``, printing the call that rank is blocked in,
@@ -25,9 +24,10 @@ from typing import Any
 import numpy as np
 
 from collectives.common import OPS
-from collectives.kit.cases import DTYPES, LARGE, LAYOUTS, OP_KINDS, Case, groups, np_dtype, split_args
+from collectives.kit.cases import Case, groups, split_args
 from collectives.kit.report import describe_failure, step_table
 from collectives.kit.run import Outcome, _check
+from collectives.kit.search import Domain, draw, shrink
 from collectives.kit.spec import COLLECTIVES, wrong
 from collectives.loc import _raw
 
@@ -76,31 +76,11 @@ class SyncComm:
 
 
 def draw_cases(collective: str, p: int, examples: int, seed: int, inplace: bool) -> list[Case]:
-    """The edge cases, then ``examples`` cases drawn from the kit's domain by a generator seeded alike everywhere."""
-    rng = np.random.default_rng([seed, p])
-    op_kinds = OP_KINDS if COLLECTIVES[collective].reduces else {}
-    dtype_names = [d for d in DTYPES if op_kinds or not d.startswith("pair:")]
-    out = [Case(collective, p, n, "float64", "sum" if op_kinds else None, inplace=inplace) for n in (0, 1)]
-    for _ in range(examples):
-        dtype = str(rng.choice(dtype_names))
-        kind = np_dtype(dtype).kind
-        op = None
-        if op_kinds:
-            allowed = [o for o, k in op_kinds.items() if kind in k and not (kind == "b" and o in ("sum", "prod"))]
-            op = str(rng.choice(allowed))
-        sizes = [
-            0,
-            1,
-            int(rng.integers(0, p + 1)),
-            3 * p + 1,
-            int(rng.integers(0, 65)),
-            int(rng.integers(LARGE, 3 * LARGE)),
-        ]
-        n = sizes[int(rng.integers(0, len(sizes)))]
-        values = str(rng.choice(["uniform", "wide"])) if kind in "fc" else "uniform"
-        root, layout = int(rng.integers(0, p)), str(rng.choice(LAYOUTS))
-        out.append(Case(collective, p, n, dtype, op, root, layout, values, int(rng.integers(0, 2**32)), inplace))
-    return out
+    """The edge cases at this p, then ``examples`` cases drawn as ``check`` draws them, alike on every rank."""
+    rng, domain = np.random.default_rng([seed, p]), Domain.of(collective, inplace=inplace)
+    op = "sum" if domain.reduces else None
+    first = [Case(collective, p, n, "float64", op, inplace=inplace) for n in (0, 1)]
+    return first + [draw(rng, domain, p=p) for _ in range(examples)]
 
 
 def run_mpi_case(fn: Any, case: Case, world: Any, timeout: float) -> Outcome:
@@ -221,13 +201,9 @@ def _failed(out: Outcome, world: Any) -> bool:
 
 
 def _shrink(fn: Any, case: Case, world: Any, timeout: float) -> Case:
-    """Smaller cases first, the same on every rank; the smallest that still fails."""
-    best = case
-    for change in ({"layout": "world"}, {"values": "uniform"}, {"n": 0}, {"n": 1}, {"n": 2}, {"n": best.n // 2}):
-        trial = best.with_(**change)
-        if trial != best and (trial.n <= best.n) and _failed(run_mpi_case(fn, trial, world, timeout), world):
-            best = trial
-    return best
+    """The search's shrinking at this p (the job's size), each candidate's verdict agreed by every rank."""
+    domain = Domain.of(case.collective, inplace=case.inplace)
+    return shrink(case, lambda c: _failed(run_mpi_case(fn, c, world, timeout), world), domain, shrink_p=False)
 
 
 def _report(fn: Any, case: Case, world: Any, args: Any) -> int:

@@ -9,7 +9,7 @@ the failing dtype is what the space-time diagram draws, with the first wrong ran
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -34,7 +34,9 @@ class PropertyFailure(AssertionError):
         self.property = outcome.failures[0][0]
 
 
-def describe_failure(fn: Callable[..., Any], outcome: Outcome, diagram: str | None = None) -> PropertyFailure:
+def describe_failure(
+    fn: Callable[..., Any], outcome: Outcome, diagram: str | None = None, notes: Sequence[str] = ()
+) -> PropertyFailure:
     """The PropertyFailure of a failed Outcome, with its report (and the diagram drawn where asked)."""
     case = outcome.case
     name = getattr(fn, "__qualname__", repr(fn))
@@ -42,6 +44,7 @@ def describe_failure(fn: Callable[..., Any], outcome: Outcome, diagram: str | No
     lines = [f"{name} breaks {', '.join(repr(p) for p in broken)} as {case.collective}"]
     lines += [f"  {prop}: {what}" for prop, what in outcome.failures]
     lines.append(f"smallest failing case: {case}")
+    lines += list(notes)
     lines.append("properties: " + ", ".join(f"{p} {'FAILED' if p in broken else 'ok'}" for p in outcome.checked))
     lines += _inputs(outcome) + _answers(outcome)
     lines += ["messages, step by step (the same function on traceable int64 values, p and n as above):"]

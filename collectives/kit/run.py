@@ -23,11 +23,11 @@ import numpy as np
 
 from collectives import cost as cost_model
 from collectives.common import OPS
-from collectives.inprocess import DeadlockError, Message, simulate, traffic
+from collectives.inprocess import DeadlockError, Message, recorded, simulate, traffic
 from collectives.kit.cases import Case, groups, np_dtype, split_args
 from collectives.kit.spec import COLLECTIVES, Arrays, Expected, make_arrays, wrong
 
-PROPERTIES = ("completes", "shape-dtype", "inputs-untouched", "result", "same-bits", "cost")
+PROPERTIES = ("completes", "shape-dtype", "inputs-untouched", "result", "same-bits", "repeatable", "cost")
 
 
 @dataclass(frozen=True)
@@ -77,27 +77,32 @@ def run_case(
 ) -> Outcome:
     """Run ``fn`` on ``case`` (its p ranks split by its layout) and check every property.
 
+    fn is called twice on the same communicator: on the case's data, then on other data (the next
+    seed), so that state kept from one call to the next (a cached buffer, a drifting tag) shows.
     ``record_data``: keep every message's bytes (``Message.data``), as the report's step table reads them.
     """
     spec = COLLECTIVES[case.collective]
     if case.inplace and not spec.inplace:
         raise ValueError(f"{case.collective} has no in-place form")
-    members = groups(case.p, case.layout)
-    arrays: list[Arrays] = [{} for _ in range(case.p)]
-    for group in members:
-        for w, a in zip(group, make_arrays(case, group)):
-            arrays[w] = a
+    members, again = groups(case.p, case.layout), case.with_(seed=case.seed + 1)
+    arrays, arrays2 = _arrays(case, members), _arrays(again, members)
     out = Outcome(case, inputs=[{k: _copy(v) for k, v in a.items()} for a in arrays])
-    out.expected = [None] * case.p
-    for group in members:
-        for r, w in enumerate(group):
-            out.expected[w] = spec.expect(case, [out.inputs[v] for v in group], r)
+    out.expected, expected2 = _expected(case, members, out.inputs), _expected(again, members, arrays2)
     f = OPS[case.op] if case.op else None
+    first_call: list[int] = []  # how many messages the first call sent
 
-    def rank_main(comm: Any) -> Any:
+    def rank_main(comm: Any) -> tuple[Any, Any, Any]:
         w = comm.Get_rank()
         sub = comm if case.layout == "world" else comm.Split(*split_args(case.p, case.layout, w))
-        return spec.call(fn, sub, arrays[w], case, sub.Get_size(), sub.Get_rank(), f)
+        q, r = sub.Get_size(), sub.Get_rank()
+        first = spec.call(fn, sub, arrays[w], case, q, r, f)
+        kept = _copy(first)
+        comm.Barrier()  # every rank is done with the first call ...
+        if w == 0:
+            first_call.append(recorded(comm))
+        comm.Barrier()  # ... and no rank starts the second before its messages are counted
+        second = spec.call(fn, sub, {k: _copy(v) for k, v in arrays2[w].items()}, again, q, r, f)
+        return first, kept, second
 
     start = time.perf_counter()
     try:
@@ -108,12 +113,54 @@ def run_case(
     except Exception as exc:  # noqa: BLE001  (the user's code may raise anything; it is the finding)
         out.failures.append(("completes", _raised(exc)))
     else:
-        out.results, out.messages = list(res), res.messages
+        out.results, out.messages = [first for first, _, _ in res], res.messages[: first_call[0]]
         _check(out, arrays, members, cost)
+        _repeatable(out, [(kept, second) for _, kept, second in res], expected2)
         out.checked += list(PROPERTIES[1:4])  # shape-dtype, inputs-untouched, result
-        out.checked += ["same-bits"] * spec.same_bits + ["cost"] * (cost is not None and case.layout == "world")
+        out.checked += ["same-bits"] * spec.same_bits + ["repeatable"]
+        out.checked += ["cost"] * (cost is not None and case.layout == "world")
     out.seconds = time.perf_counter() - start
     return out
+
+
+def _arrays(case: Case, members: list[list[int]]) -> list[Arrays]:
+    """Every world rank's arrays for the case (each group's made for its size)."""
+    arrays: list[Arrays] = [{} for _ in range(case.p)]
+    for group in members:
+        for w, a in zip(group, make_arrays(case, group)):
+            arrays[w] = a
+    return arrays
+
+
+def _expected(case: Case, members: list[list[int]], inputs: list[Arrays]) -> list[Expected | None]:
+    spec = COLLECTIVES[case.collective]
+    expected: list[Expected | None] = [None] * case.p
+    for group in members:
+        for r, w in enumerate(group):
+            expected[w] = spec.expect(case, [inputs[v] for v in group], r)
+    return expected
+
+
+def _repeatable(out: Outcome, calls: list[tuple[Any, Any]], expected2: list[Expected | None]) -> None:
+    """The first call's results keep their bits through a second call, which is right too."""
+    for w, ((kept, second), first) in enumerate(zip(calls, out.results)):
+        if isinstance(kept, np.ndarray) and isinstance(first, np.ndarray) and kept.tobytes() != first.tobytes():
+            out.failures.append(
+                (
+                    "repeatable",
+                    f"rank {w}'s first result changed when fn was called again (a buffer kept between calls?)",
+                )
+            )
+            return
+        want = expected2[w]
+        if want is not None and (_shape_problem(second, want.value) or wrong(second, want, out.case.op).any()):
+            out.failures.append(
+                (
+                    "repeatable",
+                    f"a second call on the same communicator (seed {out.case.seed + 1}) is wrong on rank {w}",
+                )
+            )
+            return
 
 
 def _copy(v: Any) -> Any:

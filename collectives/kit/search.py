@@ -1,0 +1,160 @@
+"""How ``check`` looks for a failing case and makes it small: uniform draws, then greedy shrinking.
+
+The search draws every field of a case uniformly from its domain (``Domain``): p from 1..16, the
+layout, the dtype, the op, the root, the value range, and n from size classes chosen with equal
+weight (0, 1, below p, not divisible by p, up to 64, the powers of two 2^7..2^14 and their
+neighbours, between them, and 10,001..30,003). Uniform on purpose: a bug in float16 at p = 13
+must be as likely to be drawn as one in int64 at p = 2, and a general-purpose generator (hypothesis'
+``cases()`` strategy, kept for users' own ``@given`` tests) spends half its examples on the simplest
+values. The generator is seeded, so a run is repeatable, and under MPI every rank draws the same cases.
+
+A failing case is then shrunk greedily, as delta debugging does (Zeller and Hildebrandt,
+"Simplifying and Isolating Failure-Inducing Input", 2002): try smaller p, the world layout,
+smaller n, plain values, root 0, a plainer op and dtype, one change at a time; keep any change
+after which the case still fails; stop when none does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from collectives.kit.cases import DTYPES, LARGE, LAYOUTS, OP_KINDS, Case, _st, ops_for, ranks, sizes, value_kinds
+from collectives.kit.spec import COLLECTIVES
+
+SEARCH_LIMIT = 200  # cases tried while shrinking, at most
+
+
+@dataclass(frozen=True)
+class Domain:
+    """What may be drawn for one collective: its dtypes, ops (None for data movement), layouts, sizes."""
+
+    collective: str
+    reduces: bool
+    rooted: bool
+    dtypes: tuple[str, ...] = tuple(DTYPES)
+    ops: tuple[str, ...] = tuple(OP_KINDS)
+    layouts: tuple[str, ...] = LAYOUTS
+    large: bool = True
+    inplace: bool = False
+
+    @staticmethod
+    def of(
+        collective: str,
+        dtypes: Sequence[str] | None = None,
+        ops: Sequence[str] | None = None,
+        layouts: Sequence[str] | None = None,
+        large: bool = True,
+        inplace: bool = False,
+    ) -> Domain:
+        spec = COLLECTIVES[collective]
+        names = [d for d in (dtypes or DTYPES) if spec.reduces or not d.startswith("pair:")]
+        if spec.reduces:
+            names = [d for d in names if ops_for(d, ops)]
+        if not names:
+            raise ValueError(f"no dtype of {list(dtypes or DTYPES)} fits {collective} with ops {ops}")
+        return Domain(
+            collective, spec.reduces, spec.rooted, tuple(names), tuple(ops or OP_KINDS), tuple(layouts or LAYOUTS),
+            large, inplace,
+        )  # fmt: skip
+
+
+def size_classes(p: int, rng: np.random.Generator, large: bool = True) -> list[int]:
+    """One n from each size class, for this p; a case takes one class with equal weight."""
+    remainder = 1 + int(rng.integers(0, max(p - 1, 1)))  # 1..p-1: not divisible by p
+    classes = [
+        0,
+        1,
+        int(rng.integers(0, p)),
+        p * int(rng.integers(1, 9)) + remainder * (p > 1),
+        int(rng.integers(0, 65)),
+    ]
+    if large:
+        k = int(rng.integers(7, 15))
+        classes += [2**k + int(rng.integers(-1, 2)), int(rng.integers(2**k, 2 ** (k + 1) + 1))]
+        classes.append(int(rng.integers(LARGE, 3 * LARGE + 1)))
+    return classes
+
+
+def draw(rng: np.random.Generator, domain: Domain, max_ranks: int = 16, p: int | None = None) -> Case:
+    """One case, every field uniform over the domain (``p`` fixed under MPI)."""
+    p = int(rng.integers(1, max_ranks + 1)) if p is None else p
+    layout = str(rng.choice(domain.layouts))
+    dtype = str(rng.choice(domain.dtypes))
+    op = str(rng.choice(ops_for(dtype, domain.ops))) if domain.reduces else None
+    classes = size_classes(p, rng, domain.large)
+    n = classes[int(rng.integers(0, len(classes)))]
+    root = int(rng.integers(0, p)) if domain.rooted else 0
+    values = str(rng.choice(value_kinds(dtype, op)))
+    seed = int(rng.integers(0, 2**32))
+    return Case(domain.collective, p, n, dtype, op, root, layout, values, seed, domain.inplace)
+
+
+def smaller(case: Case, domain: Domain, shrink_p: bool = True) -> Iterator[Case]:
+    """Simpler neighbours of a case, simplest first: one field changed each."""
+    if shrink_p:
+        for p in sorted({1, 2, 3, case.p // 2, case.p - 1}):
+            if 1 <= p < case.p:
+                yield case.with_(p=p, root=case.root % p)
+    if case.layout != "world" and "world" in domain.layouts:
+        yield case.with_(layout="world")
+    for n in sorted({0, 1, 2, 3, case.p - 1, case.p + 1, case.n // 2, case.n - 1}):
+        if 0 <= n < case.n:
+            yield case.with_(n=n)
+    if case.values != "uniform":
+        yield case.with_(values="uniform")
+    if case.root != 0:
+        yield case.with_(root=0)
+    plain_ops = [o for o in ("sum", "max") if o in ops_for(case.dtype, domain.ops)]
+    if case.op is not None and plain_ops and case.op not in plain_ops:
+        yield case.with_(op=plain_ops[0])
+    for dtype in ("float64", "int64"):
+        if dtype != case.dtype and dtype in domain.dtypes and (case.op is None or case.op in ops_for(dtype)):
+            yield case.with_(dtype=dtype, values="uniform")
+
+
+def shrink(case: Case, fails: Callable[[Case], bool], domain: Domain, shrink_p: bool = True) -> Case:
+    """The smallest case reached from ``case`` by simpler neighbours that still fail."""
+    tried = 0
+    improved = True
+    while improved and tried < SEARCH_LIMIT:
+        improved = False
+        for candidate in smaller(case, domain, shrink_p):
+            tried += 1
+            if fails(candidate):
+                case, improved = candidate, True
+                break
+    return case
+
+
+def cases(
+    collective: str = "allreduce",
+    max_ranks: int = 16,
+    *,
+    dtype_names: Sequence[str] | None = None,
+    op_names: Sequence[str] | None = None,
+    layout_names: Sequence[str] | None = None,
+    large: bool = True,
+    inplace: bool = False,
+) -> Any:
+    """A hypothesis strategy for whole ``Case`` s of ``collective``, for a user's own ``@given`` test.
+
+    The same domain as ``check`` draws from; hypothesis shrinks what it finds.
+    """
+    st, domain = _st(), Domain.of(collective, dtype_names, op_names, layout_names, large, inplace)
+
+    @st.composite
+    def draw_case(draw: Any) -> Case:
+        p = draw(ranks(max_ranks))
+        layout = draw(st.sampled_from(domain.layouts))
+        dtype = draw(st.sampled_from(domain.dtypes))
+        op = draw(st.sampled_from(ops_for(dtype, domain.ops))) if domain.reduces else None
+        n = draw(sizes(p, large))
+        root = draw(st.integers(0, p - 1)) if domain.rooted else 0
+        values = draw(st.sampled_from(value_kinds(dtype, op)))
+        return Case(collective, p, n, dtype, op, root, layout, values, draw(st.integers(0, 2**32 - 1)), inplace)
+
+    return draw_case()
