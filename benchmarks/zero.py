@@ -71,6 +71,17 @@ def formula(stage: int | None, psi: float, p: int) -> float:
     return {None: (2 + K) * psi, 1: 2 * psi + K * psi / p, 2: psi + (1 + K) * psi / p, 3: (2 + K) * psi / p}[stage]
 
 
+def table(p: int, vocab: int = 10_000, hidden: int = 200) -> list[dict]:
+    """Rank 0's bytes after a step at ``p`` ranks, per scheme (DP, ZeRO-1..3): held, the formula's, sent."""
+    rows = []
+    for stage in (None, 1, 2, 3):
+        row = collectives.simulate(p, one_step, stage, vocab, hidden)[0]
+        row["total"] = row["parameters"] + row["gradients"] + row["optimizer_state"]
+        row["formula"] = 4 * formula(stage, row["psi"], p)
+        rows.append(row | {"scheme": "DP" if stage is None else f"ZeRO-{stage}", "p": p})
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", default="1,2,4,8")
@@ -83,14 +94,10 @@ def main() -> None:
         f"{'formula MB':>12}{'sent MB/step':>14}"
     )
     for p in (int(r) for r in args.ranks.split(",")):
-        for stage in (None, 1, 2, 3):
-            row = collectives.simulate(p, one_step, stage, args.vocab, args.hidden)[0]
-            total = row["parameters"] + row["gradients"] + row["optimizer_state"]
-            predicted = 4 * formula(stage, row["psi"], p)
-            name = "DP" if stage is None else f"ZeRO-{stage}"
+        for row in table(p, args.vocab, args.hidden):
             print(
-                f"{p:>3} {name:<8}{row['parameters'] / 1e6:>11.2f}{row['gradients'] / 1e6:>10.2f}"
-                f"{row['optimizer_state'] / 1e6:>10.2f}{total / 1e6:>10.2f}{predicted / 1e6:>12.2f}"
+                f"{p:>3} {row['scheme']:<8}{row['parameters'] / 1e6:>11.2f}{row['gradients'] / 1e6:>10.2f}"
+                f"{row['optimizer_state'] / 1e6:>10.2f}{row['total'] / 1e6:>10.2f}{row['formula'] / 1e6:>12.2f}"
                 f"{row['sent'] / 1e6:>14.2f}"
             )
     print("(rank 0 shown; stage 3's traffic excludes the next forward's parameter allgather, Psi (P-1)/P)")
