@@ -4,9 +4,12 @@
     python benchmarks/simulate_scale.py --skip-measured    # scale figures only
 
 1. Scale: one 100 MiB ring allreduce simulated at p = 1024 and 4096 on a named network, and at
-   p = 256 with both engines (the event engine, replay.py, and the rounds engine, rounds.py): the
-   virtual time, the wall and CPU seconds of the simulation (tracing included, nothing cached: each
-   run is a fresh process) and its peak memory. Medians of --repeats interleaved runs, min-max.
+   p = 256 with both engines (the event engine, replay.py, and the rounds engine, rounds.py); rings
+   whose blocks do not split evenly (10^8 and 4 x 10^8 bytes at p = 1000 and 1024: issue 23's
+   targets, under 3 s); and a training step at p = 1024 (a ResNet-50-sized gradient in 64 MiB
+   buckets, ring and auto; target under 2 s): the virtual time, the wall and CPU seconds of the
+   simulation (tracing included, nothing cached: each run is a fresh process) and its peak memory.
+   Medians of --repeats interleaved runs, min-max.
 2. Predicted against measured: for P = 2..5 ranks under mpiexec, calibrate alpha, beta, gamma
    (cost.calibrate), measure every allreduce from 1 KiB to 16 MiB as collectives.bench does
    (median of interleaved repeats, agreement check on), and replay the same call on "crossbar"
@@ -31,6 +34,8 @@ from minidl.info import print_header  # noqa: E402
 
 MIB = 1 << 20
 SCALE_RUNS = [(256, "events"), (256, "rounds"), (1024, "rounds"), (4096, "rounds")]
+UNEVEN_RUNS = [(1024, 10**8), (1024, 4 * 10**8), (1000, 4 * 10**8)]  # (p, bytes): blocks of unequal sizes
+STEP_RUNS = [(1024, "ring"), (1024, "auto")]  # (ranks, allreduce) of a training step
 
 
 # -- children --------------------------------------------------------------------------------------
@@ -45,6 +50,16 @@ def child_scale(p: int, engine: str, network: str, nbytes: int) -> None:
             {"p": p, "engine": engine, "virtual_s": virtual, "wall_s": wall, "cpu_s": cpu, "peak_mb": peak_rss_mb()}
         )
     )
+
+
+def child_step(p: int, algorithm: str, network: str) -> None:
+    from minidl.simulate import described, scaling
+
+    profile = described(25.6e6, 100.0, 32, fusion_bytes=64 * MIB)  # ResNet-50's gradient, Horovod's buckets
+    t0, c0 = time.perf_counter(), time.process_time()
+    (row,) = scaling(profile, [p], algorithm, network)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    print(json.dumps({"virtual_s": row.step_s, "wall_s": wall, "cpu_s": cpu, "peak_mb": peak_rss_mb()}))
 
 
 def child_measure(sizes: list[int], repeats: int | None) -> None:
@@ -95,6 +110,26 @@ def scale(args: argparse.Namespace) -> None:
         )
     a, b = results[(256, "events")][0]["virtual_s"], results[(256, "rounds")][0]["virtual_s"]
     print(f"p=256: rounds / events virtual time = {b / a:.12f} (the two engines agree)\n")
+    targets(args)
+
+
+def targets(args: argparse.Namespace) -> None:
+    """Issue 23's targets: uneven rings at p ~ 1000 in under 3 s, a training step at p = 1024 in under 2 s."""
+    runs = [("scale", str(p), "auto", args.network, str(n)) for p, n in UNEVEN_RUNS]
+    runs += [("step", str(p), algorithm, args.network) for p, algorithm in STEP_RUNS]
+    results: dict[tuple, list[dict]] = {run: [] for run in runs}
+    for _ in range(args.repeats):
+        for run in runs:
+            results[run].append(run_child(list(run)))
+    print(f"== issue 23's targets on {args.network} (median [min-max] of {args.repeats}, fresh processes)")
+    print(f"{'what':<36} {'virtual s':>10} {'wall s':>22} {'CPU s':>22} {'peak MB':>8}")
+    for run, got in results.items():
+        what = f"ring, p={run[1]}, {int(run[4]):,} B" if run[0] == "scale" else f"step, p={run[1]}, {run[2]}"
+        print(
+            f"{what:<36} {got[0]['virtual_s']:10.5f} {spread([r['wall_s'] for r in got]):>22} "
+            f"{spread([r['cpu_s'] for r in got]):>22} {max(r['peak_mb'] for r in got):8.0f}"
+        )
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores\n")
 
 
 def measured(args: argparse.Namespace) -> None:
@@ -130,6 +165,8 @@ def main() -> None:
         kind, rest = sys.argv[2], sys.argv[3:]
         if kind == "scale":
             child_scale(int(rest[0]), rest[1], rest[2], int(rest[3]))
+        elif kind == "step":
+            child_step(int(rest[0]), rest[1], rest[2])
         else:
             from collectives.bench import parse_size
 

@@ -18,7 +18,8 @@ not re-shared within the round). Rates are computed once per pattern of peers.
 Tracing every rank through the real code costs a few microseconds per call, p x 2(p - 1) calls
 for the ring: minutes at p = 4096. ``symmetric_schedule`` traces rank 0, finds the relabelling
 that maps it to the others (rank r's peers are rank 0's shifted by r, or XORed with r), checks it
-against the real traces of a sample of ranks, and builds every rank's rounds from rank 0's.
+against the real traces of a sample of ranks, and builds every rank's rounds from rank 0's (the
+ring with unequal blocks: ``ring_schedule``, its blocks rotating with the rank, checked the same way).
 """
 
 from __future__ import annotations
@@ -52,10 +53,38 @@ class Schedule:
     nbytes: np.ndarray  # bytes each rank sends
     reduced: np.ndarray  # bytes each rank reduces after the round
     relabel: Callable | None = None
+    blocks: np.ndarray | None = None  # (p,) bytes of each block: then nbytes and reduced hold block shifts (below)
 
     @property
     def rounds(self) -> int:
         return self.dst.shape[0]
+
+    def of_rank(self, rank: int) -> np.ndarray:
+        """One rank's rounds, shape (K, 4): dst, src, bytes sent, bytes reduced."""
+        column = 0 if self.dst.shape[1] == 1 else rank
+        dst, src = self.dst[:, column], self.src[:, column]
+        if self.relabel is not None:
+            dst, src = self.relabel(dst, rank, self.p), self.relabel(src, rank, self.p)
+        if self.blocks is None:
+            sent, reduced = self.nbytes[:, column], self.reduced[:, column]
+        else:
+            sent = self.blocks[(rank + self.nbytes[:, 0]) % self.p]
+            shift = self.reduced[:, 0]
+            reduced = np.where(shift >= 0, self.blocks[(rank + shift) % self.p], 0)
+        return np.stack([dst, src, sent, reduced], axis=1)
+
+    def sizes(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Bytes each rank sends and reduces in round k, shape (p,) or (1,).
+
+        With ``blocks`` (the ring's rotating blocks): rank r sends block (r + nbytes[k]) mod p and
+        reduces block (r + reduced[k]) mod p, none where reduced[k] < 0 (memory O(p + K), not O(K p)).
+        """
+        if self.blocks is None:
+            return self.nbytes[k], self.reduced[k]
+        ranks = np.arange(self.p)
+        shift = int(self.reduced[k, 0])
+        reduced = self.blocks[(ranks + shift) % self.p] if shift >= 0 else np.zeros(1, dtype=np.int64)
+        return self.blocks[(ranks + int(self.nbytes[k, 0])) % self.p], reduced
 
     def peers(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """dst and src of every rank in round k, shape (p,)."""
@@ -104,7 +133,9 @@ def symmetric_schedule(
 ) -> Schedule | None:
     """Every rank's rounds from rank 0's trace, relabelled (shift or XOR), checked on a sample of real traces.
 
-    None when no relabelling reproduces the sample (the caller traces every rank instead).
+    The ring whose blocks are unequal (n not a multiple of p) is no relabelling of rank 0 (a rank's
+    message sizes rotate with it): ring_schedule, checked on the same sample. None when nothing
+    reproduces the sample (the caller traces every rank instead).
     """
     drawn = np.random.default_rng(p).integers(1, p, samples).tolist() if p > 1 else []
     sample = sorted({1, p // 2, p - 1, *drawn} - {0}) if p > 1 else []
@@ -121,7 +152,41 @@ def symmetric_schedule(
             schedule = Schedule(p, table[:, 0:1], table[:, 3:4], table[:, 2:3], table[:, 5:6], relabel)
             _check_matching(schedule, table[:, 1:2], table[:, 4:5])
             return schedule
+    if algorithm == "ring" and p > 1:  # unequal blocks: the sizes rotate with the rank (ring_schedule)
+        ring = ring_schedule(p, nbytes, dtype)
+        if matches(ring, dict(zip([0, *sample], traced))):
+            return ring
     return None
+
+
+def ring_schedule(p: int, nbytes: int, dtype: Any = np.float32) -> Schedule:
+    """The ring's rounds whatever the divisibility: rank r's blocks are rank 0's shifted by r (ring.py's indices).
+
+    Reduce-scatter step s: rank r sends block r - s - 1 and reduces block r - s - 2; allgather step
+    s: it sends block r - s (mod p); blocks as common.block_bounds cuts n elements. The caller
+    holds it to the real traces of a sample of ranks (``matches``).
+    """
+    from collectives.common import block_bounds
+
+    itemsize = np.dtype(dtype).itemsize
+    blocks = np.diff(np.array(block_bounds(nbytes // itemsize, p), dtype=np.int64)) * itemsize
+    steps = np.arange(p - 1)
+    send = np.concatenate([(-steps - 1) % p, (-steps) % p])[:, None]
+    reduced = np.concatenate([(-steps - 2) % p, np.full(p - 1, -1)])[:, None]
+    one = np.ones_like(send)
+    return Schedule(p, one, (p - 1) * one, send, reduced, _shift, blocks)
+
+
+def matches(schedule: Schedule, traced: dict[int, list[Row]]) -> bool:
+    """Whether ``schedule`` gives each traced rank's real rounds (peers, bytes sent, bytes reduced)."""
+    for rank, rows in traced.items():
+        try:
+            real = np.array(_rounds_of(rows, rank), dtype=np.int64).reshape(-1, 6)[:, [0, 3, 2, 5]]
+        except NotLockstep:
+            return False
+        if real.shape != (schedule.rounds, 4) or (real != schedule.of_rank(rank)).any():
+            return False
+    return True
 
 
 def _shift(peer: Any, rank: Any, p: int) -> Any:
@@ -154,8 +219,9 @@ def replay_rounds(schedule: Schedule, fabric: Fabric) -> np.ndarray:
         if key not in patterns:
             patterns[key] = _pattern(fabric, ranks, dst)
         latency, rate = patterns[key]
-        E = np.maximum(T, T[dst]) + latency + schedule.nbytes[k] / rate
-        T = np.maximum(E, E[src]) + schedule.reduced[k] * fabric.gamma
+        sent, reduced = schedule.sizes(k)
+        E = np.maximum(T, T[dst]) + latency + sent / rate
+        T = np.maximum(E, E[src]) + reduced * fabric.gamma
     return T
 
 
