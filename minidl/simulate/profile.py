@@ -16,8 +16,16 @@ last write, and a bucket is ready when the last of its parameters is (the output
 in the backward, the embedding's at its very end). The stamps cost ~1 us per write, included in the
 measured backward. Each bucket's local work around its allreduce (packing the gradients into the
 fusion buffer, unpacking and scaling the result: ``DistributedOptimizer``'s own ``fusion.pack`` and
-``unpack``) is timed too. All times are medians over the profiled steps after a warm-up step, with one
+``unpack``) is timed too. Each time is the minimum over the profiled steps after a warm-up step, with one
 BLAS thread (a rank on one core, as the trainer's ranks run; ``NodeSpec`` scales to bigger nodes).
+
+Why the minimum: on a shared machine another process takes the core for part of some steps, and load only
+ever adds time, so the fastest step is the closest to the step alone (a profile of medians taken while the
+machine was busy ran 10x slow, and turned a simulated 1GbE cluster's 19-25% efficiency into 70-76%). The
+spread of the steps (median over fastest) says how busy the machine was: the profile's source reports it,
+and above ``max_spread`` (``MAX_SPREAD``: a median step twice the fastest) the profile is refused
+(``ContentionError``), as even the fastest step was then likely slowed. Ready times stay fractions of each
+step's backward (medians): a slow step stretches its backward as a whole.
 """
 
 from __future__ import annotations
@@ -41,6 +49,12 @@ from minidl.nn.module import Module
 from minidl.optim.optimizer import Optimizer
 
 _autograd = importlib.import_module("minidl.autograd")  # where backward writes the leaves' gradients
+MAX_SPREAD = 1.0  # refuse a profile whose median step takes more than (1 + this) x its fastest
+MIN_JUDGED = 3  # with fewer steps (a quick run's 1 or 2) the spread is not judged
+
+
+class ContentionError(ValueError):
+    """The profiled steps spread too widely: other processes were using this machine's cores."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +85,8 @@ class Profile:
     buckets: tuple[BucketProfile, ...]
     source: str = ""  # where the numbers come from (measured here, or a described node)
     notes: tuple[str, ...] = field(default_factory=tuple)
+    activation_bytes: int = 0  # at a layer boundary, for the step's batch (pipeline and tensor parallelism's messages)
+    layers: int = 1  # layers a tensor-parallel step allreduces activations for (twice each)
 
     @property
     def compute_s(self) -> float:
@@ -244,21 +260,41 @@ def capture(
     fusion_bytes: int = dist.DEFAULT_FUSION_BYTES,
     steps: int = 5,
     source: str = "measured on this machine, one rank",
+    max_spread: float | None = None,
 ) -> Profile:
     """Run ``steps`` + 1 training steps (``forward()`` returns the loss; ``update()`` clips and steps) and return
-    the medians as a ``Profile`` (the first step is a warm-up and not counted)."""
+    the minima as a ``Profile`` (the first step is a warm-up and not counted). With ``max_spread``, a
+    ``ContentionError`` where the median step exceeds the fastest by more than that fraction (the module doc)."""
     if steps < 1:
         raise ValueError(f"profile steps must be >= 1, got {steps}")
     buckets = fusion_plan(optimizer, fusion_bytes)
     with threadpool_limits(limits=1, user_api="blas"):  # one rank = one core, as the trainer's ranks run
         runs = [_one_step(forward, update, buckets, model) for _ in range(steps + 1)][1:]
-    fwd, bwd, upd = (float(np.median([r[i] for r in runs])) for i in range(3))
+    spread = judge_spread([r[0] + r[1] + r[2] for r in runs], max_spread)
+    fwd, bwd, upd = (float(np.min([r[i] for r in runs])) for i in range(3))
     # ready times as fractions of each step's backward, so that one slow step does not shift them
     frac = np.median([np.asarray(r[3]) / max(r[1], 1e-12) for r in runs], axis=0)
-    pack = np.median([r[4] for r in runs], axis=0)
+    pack = np.min([r[4] for r in runs], axis=0)
     rows = np.median([r[5] for r in runs], axis=0)
     profiled = tuple(
         BucketProfile(int(b.nbytes), float(min(f, 1.0) * bwd), float(s), int(k), _row_bytes(b) if b.rows else 0)
         for b, f, s, k in zip(buckets, frac, pack, rows)
     )
-    return Profile(task, unit, int(items), fwd, bwd, upd, profiled, f"{source}, median of {steps} steps")
+    return Profile(task, unit, int(items), fwd, bwd, upd, profiled, f"{source}, minimum of {steps} steps, {spread}")
+
+
+def judge_spread(totals: list[float], max_spread: float | None) -> str:
+    """The steps' spread in words ("spread +12% (median step over fastest)"); a ``ContentionError`` above
+    ``max_spread``. Fewer than ``MIN_JUDGED`` steps are not judged."""
+    if len(totals) < MIN_JUDGED:
+        return "spread not judged (fewer than 3 steps)"
+    fastest, median = min(totals), float(np.median(totals))
+    spread = median / max(fastest, 1e-12) - 1
+    if max_spread is not None and spread > max_spread:
+        raise ContentionError(
+            f"the profile's {len(totals)} steps spread +{100 * spread:.0f}% (median {1e3 * median:.1f} ms, fastest "
+            f"{1e3 * fastest:.1f} ms; at most +{100 * max_spread:.0f}%): other processes are using this machine's "
+            "cores, so the times would be theirs; measure on a quiet machine (--save-profile FILE there, --profile "
+            "FILE here)"
+        )
+    return f"spread +{100 * spread:.0f}% (median step over fastest)"

@@ -8,7 +8,7 @@ depend on the values.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -16,7 +16,7 @@ import numpy as np
 import minidl
 import minidl.nn.functional as F
 from minidl import nn, optim
-from minidl.simulate.profile import Profile, capture
+from minidl.simulate.profile import MAX_SPREAD, Profile, capture
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,7 @@ class TaskOptions:
     fusion_mb: float = 64.0
     steps: int = 5
     seed: int = 0
+    max_spread: float | None = MAX_SPREAD  # refuse a profile taken on a busy machine (profile.ContentionError)
     sparse_embedding: bool = False  # LM: the embedding's gradient exchanged as its non-zero rows (--sparse-embedding)
 
 
@@ -108,7 +109,11 @@ def profile_lm(o: TaskOptions) -> Profile:
     n = sum(p.data.size for p in params)
     task = f"LSTM LM preset {preset!r} ({cfg.num_layers} x {cfg.hidden_size}, vocabulary {vocab:,}, {n:,} parameters)"
     task += ", embedding exchanged by rows" if o.sparse_embedding else ""
-    return capture(task, "words", B * T, model, opt, forward, update, int(o.fusion_mb * 2**20), o.steps)
+    prof = capture(
+        task, "words", B * T, model, opt, forward, update, int(o.fusion_mb * 2**20), o.steps, max_spread=o.max_spread
+    )
+    itemsize = np.dtype(minidl.get_default_dtype()).itemsize
+    return replace(prof, activation_bytes=B * T * cfg.hidden_size * itemsize, layers=cfg.num_layers)
 
 
 def profile_cnn(o: TaskOptions) -> Profile:
@@ -130,7 +135,11 @@ def profile_cnn(o: TaskOptions) -> Profile:
 
     n = sum(p.data.size for p in model.parameters())
     task = f"ResNet-{cfg.depth} preset {preset!r} (width {cfg.width}, {C}x{S}x{S} images, {n:,} parameters)"
-    return capture(task, "images", b, model, opt, forward, opt.step, int(o.fusion_mb * 2**20), o.steps)
+    prof = capture(
+        task, "images", b, model, opt, forward, opt.step, int(o.fusion_mb * 2**20), o.steps, max_spread=o.max_spread
+    )
+    stem = b * cfg.width * S * S * np.dtype(dtype).itemsize  # the first stage's feature maps (the largest)
+    return replace(prof, activation_bytes=stem, layers=cfg.depth)
 
 
 def profile_task(kind: str, options: TaskOptions) -> Profile:
