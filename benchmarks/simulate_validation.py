@@ -4,7 +4,10 @@
    the words/s of ``python -m minidl.train lm --parallel data`` (the demo preset, ring allreduce) at p = 1..4
    (real ``mpiexec`` runs; medians of interleaved repeats, with their spread), and print them beside the
    simulator's prediction from a profile of one rank measured right before each run. This machine is one node of
-   ``nproc`` cores; a rank runs one BLAS thread, so p ranks on c cores run at min(p, c) / p of a core each.
+   ``nproc`` cores; a rank runs one BLAS thread and busy-polls while it waits in MPI, so p ranks beside L other
+   runnable tasks (sampled from /proc/stat during the profile and the run) get min(1, c / (p + L)) of a core
+   each (minidl/simulate/node.py); the calibrated alpha, beta, gamma at p are the link within the node.
+   "no-load model": the same prediction with L = 0.
 2. **The articles** (``--part articles``), each a question the simulator answers:
    (a) "Deep Learning: massively scaled parallel approach using hybrid supercomputers" (Medium, 2017): an LSTM LM
        on PTB on 1..32 CPU nodes of 28 cores, ~200 words/s per node, ~3,000 on 32 (~15x). Which network and
@@ -36,6 +39,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"  # before NumPy loads its BLAS: one core per rank
@@ -95,9 +99,43 @@ def measured_words_per_s(p: int, steps: int) -> float:
     return float(found[-1].replace(",", ""))
 
 
-def predicted_words_per_s(profile, p: int, params, cores: int) -> float:
-    """The simulator on one node of ``cores`` cores running p single-threaded ranks, calibrated ``params``."""
-    node = NodeSpec(ranks_per_node=p, cores=min(p, cores))
+class LoadSampler:
+    """The runnable tasks of this machine (/proc/stat's procs_running) every ``every`` s while it is open."""
+
+    def __init__(self, every: float = 0.05):
+        self.every, self.samples, self._stop = every, [], threading.Event()
+
+    def __enter__(self) -> LoadSampler:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            with open("/proc/stat") as f:
+                line = next(line for line in f if line.startswith("procs_running"))
+            self.samples.append(int(line.split()[1]))
+
+    def others(self, mine: int) -> float:
+        """The mean of the runnable tasks that are not ``mine`` (this sampler counts itself)."""
+        return max(0.0, float(np.mean(self.samples or [mine + 1])) - mine - 1)
+
+
+def share(cores: int, ranks: int, load: float) -> float:
+    """A single-threaded rank's share of a core among ``ranks`` busy ranks and ``load`` other tasks (node.py)."""
+    return min(1.0, cores / (ranks + load))
+
+
+def predicted_words_per_s(profile, p: int, params, cores: int, load_profile: float, load_run: float) -> float:
+    """The simulator on one node of ``cores`` cores running p single-threaded ranks beside ``load_run`` other
+    tasks (ranks busy-poll: always runnable), calibrated ``params``; the profile, measured beside
+    ``load_profile`` other tasks, first brought to the run's load."""
+    profile = profile.scaled(share(cores, 1, load_run) / share(cores, 1, load_profile))
+    node = NodeSpec(ranks_per_node=p, cores=cores, load=load_run)
     return scaling(profile, [1], "ring", "crossbar", node, params=params)[0].rate
 
 
@@ -112,25 +150,39 @@ def part_here(args: argparse.Namespace) -> None:
         print(
             f"calibrated at p={p}: alpha {1e6 * c.alpha:.1f} us, beta {1e9 * c.beta:.3f} ns/B, gamma {1e9 * c.gamma:.3f} ns/B"
         )
-    measured: dict[int, list[float]] = {p: [] for p in ranks}
-    predicted: dict[int, list[float]] = {p: [] for p in ranks}
+    measured, predicted, flat, load = ({p: [] for p in ranks} for _ in range(4))
     for _ in range(args.repeats):  # interleaved: a busy neighbour hits every p alike
         for p in ranks:  # the profile right before the run it predicts: both see the same load
-            profile = profile_task("lm", TaskOptions(preset="demo", steps=args.profile_steps))
-            predicted[p].append(predicted_words_per_s(profile, p, params.get(p), cores))
-            measured[p].append(measured_words_per_s(p, args.steps))
+            with LoadSampler() as before:
+                profile = profile_task("lm", TaskOptions(preset="demo", steps=args.profile_steps))
+            with LoadSampler() as during:
+                measured[p].append(measured_words_per_s(p, args.steps))
+            load[p].append(during.others(p))
+            predicted[p].append(predicted_words_per_s(profile, p, params.get(p), cores, before.others(1), load[p][-1]))
+            flat[p].append(predicted_words_per_s(profile, p, params.get(p), cores, 0.0, 0.0))
+    report(args, cores, ranks, measured, predicted, flat, load)
+
+
+def report(args, cores: int, ranks: list[int], measured: dict, predicted: dict, flat: dict, load: dict) -> None:
     print(
         f"\nLSTM LM demo preset, --parallel data --allreduce ring, {args.steps} steps per run, "
         f"medians of {args.repeats} interleaved repeats [min-max]; this machine: 1 node, {cores} cores"
     )
-    print(f"{'p':>3}{'measured words/s':>28}{'predicted words/s':>28}{'predicted/measured':>20}")
+    print(f"{'p':>3}{'measured words/s':>28}{'predicted words/s':>28}{'pred./meas.':>13}{'  [min-max]':<14}"
+          f"{'no-load model':>14}{'other tasks':>12}")  # fmt: skip
     for p in ranks:
         m, q = np.median(measured[p]), np.median(predicted[p])
+        ratios = [b / a for a, b in zip(measured[p], predicted[p])]
         spread = lambda v: f"[{min(v):,.0f}-{max(v):,.0f}]"  # noqa: E731
-        print(f"{p:>3}{m:>12,.0f} {spread(measured[p]):>15}{q:>12,.0f} {spread(predicted[p]):>15}{q / m:>19.2f}x")
-    print(f"measured: {busy_note({str(p): v for p, v in measured.items()})}; predicted: "
-          f"{busy_note({str(p): v for p, v in predicted.items()})}; load average now {os.getloadavg()[0]:.1f} "
-          f"on {cores} cores")  # fmt: skip
+        print(
+            f"{p:>3}{m:>12,.0f} {spread(measured[p]):>15}{q:>12,.0f} {spread(predicted[p]):>15}{q / m:>12.2f}x"
+            f"  [{min(ratios):.2f}-{max(ratios):.2f}]{np.median(flat[p]) / m:>13.2f}x{np.median(load[p]):>12.1f}"
+        )
+    note = busy_note({str(p): v for p, v in measured.items()})
+    print(f"measured: {note}; other runnable tasks (median of the runs) beside the ranks shown; "
+          f"load average now {os.getloadavg()[0]:.1f} on {cores} cores")  # fmt: skip
+    if "busy" in note:
+        print("note: the machine was too loaded to hold the prediction to 10%: the repeats alone vary by more")
 
 
 # ----------------------------------------------------------------------------- 2. the articles

@@ -41,3 +41,14 @@ def test_the_simulated_step_follows_the_calibration():
     fast = simulate_step(profile, Cluster(1, "crossbar", node, CostParams(1e-6, 1e-10, 1e-10)), "ring")
     slow = simulate_step(profile, Cluster(1, "crossbar", node, SLOW), "ring")
     assert slow.comm_s > 6 > fast.comm_s  # the ring's 6 rounds at alpha = 1 s
+
+
+def test_ranks_beyond_the_cores_and_other_work_share_the_cores():
+    """Busy-polling ranks are always runnable: p ranks and L other tasks share c cores fairly (node.py)."""
+    no_load = [NodeSpec(ranks_per_node=p, cores=2, load=0).rank_speedup for p in (1, 2, 3, 4)]
+    assert no_load == pytest.approx([1, 1, 2 / 3, 1 / 2])
+    assert no_load == pytest.approx([NodeSpec(ranks_per_node=p, cores=min(p, 2)).rank_speedup for p in (1, 2, 3, 4)])
+    # 12 other tasks: the profiled rank had 2/13 of a core, each of 4 ranks gets 2/16
+    assert NodeSpec(ranks_per_node=4, cores=2, load=12).rank_speedup == pytest.approx(13 / 16)
+    with pytest.raises(ValueError, match="load"):
+        NodeSpec(load=-1)

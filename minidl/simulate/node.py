@@ -10,6 +10,20 @@ time it gets). So one rank computes
 
 times as fast as the profiled one, and every compute time of the profile is divided by it. The defaults
 (one rank per core, same cores, efficiency 1) change nothing.
+
+Ranks beyond the cores, and other work (``load``: runnable processes that are not ranks, as on this
+machine while it was profiled; None, the default, keeps the formula above). A rank never leaves its core: it computes, or it waits in MPI by
+busy-polling (MPICH's shared-memory progress), so every rank is always runnable, and the OS shares the
+cores fairly among the ranks and the load. A single-threaded rank then gets
+
+    share(k) = min(1, cores / (k + load))   of a core, with k = ranks_per_node,
+
+and the profiled rank got share(1) (profiled here, alone, under the same load), so with a load
+
+    speedup = core_speed * efficiency * share(ranks_per_node) / share(1)
+
+which is cores / ranks_per_node again with load 0 and more ranks than cores (then every compute time is
+stretched by ranks / cores: compute shares the cores).
 """
 
 from __future__ import annotations
@@ -27,6 +41,7 @@ class NodeSpec:
     cores: int | None = None
     core_speed: float = 1.0
     efficiency: float = 1.0
+    load: float | None = None  # runnable processes besides single-threaded ranks (module doc); None: no such model
 
     def __post_init__(self) -> None:
         checks = {
@@ -34,10 +49,12 @@ class NodeSpec:
             "--cores-per-node": (self.cores, self.cores is None or int(self.cores) == self.cores >= 1),
             "--core-speed": (self.core_speed, self.core_speed > 0),
             "--efficiency": (self.efficiency, 0 < self.efficiency),
+            "load": (self.load, self.load is None or self.load >= 0),
         }
         for flag, (value, ok) in checks.items():
             if not ok:
-                raise ValueError(f"{flag}: must be positive{' integer' if 'node' in flag else ''}, got {value}")
+                sign = "non-negative" if flag == "load" else "positive"
+                raise ValueError(f"{flag}: must be {sign}{' integer' if 'node' in flag else ''}, got {value}")
 
     @property
     def node_cores(self) -> int:
@@ -46,7 +63,10 @@ class NodeSpec:
     @property
     def rank_speedup(self) -> float:
         """How many times as fast as the profiled rank one rank of this node computes."""
-        return self.core_speed * self.efficiency * self.node_cores / self.ranks_per_node
+        if self.load is None:
+            return self.core_speed * self.efficiency * self.node_cores / self.ranks_per_node
+        share = min(1.0, self.node_cores / (self.ranks_per_node + self.load))
+        return self.core_speed * self.efficiency * share / min(1.0, self.node_cores / (1 + self.load))
 
     def apply(self, profile: Profile) -> Profile:
         return profile if self.rank_speedup == 1.0 else profile.scaled(self.rank_speedup)
