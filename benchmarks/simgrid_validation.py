@@ -15,6 +15,7 @@ Prints minidl / SimGrid per case and the largest error per topology and p; the t
 
     python benchmarks/simgrid_validation.py                 # 81 cases; SimGrid's p = 256 rings take minutes
     python benchmarks/simgrid_validation.py --p 8,64 --json out.json
+    python benchmarks/simgrid_validation.py --table out.json   # the table again, from saved rows
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import os
 import subprocess
 import sys
 import time
+
+import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -95,14 +98,19 @@ def error(row: dict, key: str = "minidl_s") -> float:
 
 
 def summary(rows: list[dict]) -> list[str]:
-    """The largest |error| per topology and p (simulation and closed form)."""
-    lines = [f"{'topology':<10}{'p':>5}{'cases':>7}{'max |err| sim':>15}{'max |err| formula':>19}"]
-    for topology in dict.fromkeys(r["topology"] for r in rows):
-        for p in sorted({r["p"] for r in rows if r["topology"] == topology}):
-            mine = [r for r in rows if (r["topology"], r["p"]) == (topology, p)]
-            sim = max(abs(error(r)) for r in mine)
-            formula = max(abs(error(r, "formula_s")) for r in mine)
-            lines.append(f"{topology:<10}{p:>5}{len(mine):>7}{100 * sim:>14.2f}%{100 * formula:>18.2f}%")
+    """The validation table: the largest and mean |error| per p (all topologies), then per topology and p."""
+    lines = [f"{'p':>5}{'topology':>10}{'cases':>7}{'max |err|':>11}{'mean |err|':>12}{'formula max':>13}"]
+    groups = [(p, "all") for p in sorted({r["p"] for r in rows})]
+    groups += [(p, t) for t in dict.fromkeys(r["topology"] for r in rows) for p in sorted({r["p"] for r in rows})]
+    for p, topology in groups:
+        mine = [r for r in rows if r["p"] == p and topology in ("all", r["topology"])]
+        if not mine:
+            continue
+        sim = [abs(error(r)) for r in mine]
+        formula = max(abs(error(r, "formula_s")) for r in mine)
+        lines.append(
+            f"{p:>5}{topology:>10}{len(mine):>7}{100 * max(sim):>10.2g}%{100 * np.mean(sim):>11.2g}%{100 * formula:>12.2g}%"
+        )
     return lines
 
 
@@ -115,7 +123,12 @@ def main() -> None:
     ap.add_argument("--link-latency", type=float, default=1e-6, help="seconds per link (default 1 us)")
     ap.add_argument("--leaf-size", type=int, default=4, help="fat tree: hosts per leaf (default 4)")
     ap.add_argument("--json", metavar="FILE", help="write the rows as JSON")
+    ap.add_argument("--table", metavar="FILE", help="print the validation table of rows saved with --json, and stop")
     args = ap.parse_args()
+    if args.table:
+        with open(args.table) as f:
+            print("\n".join(summary(json.load(f))))
+        return
     reason = simgrid_available()
     if reason:
         raise SystemExit(f"simgrid_validation: {reason}")
