@@ -87,8 +87,6 @@ class Profile:
     notes: tuple[str, ...] = field(default_factory=tuple)
     activation_bytes: int = 0  # at a layer boundary, for the step's batch (pipeline and tensor parallelism's messages)
     layers: int = 1  # layers a tensor-parallel step allreduces activations for (twice each)
-    activation_bytes: int = 0  # at a layer boundary, for the step's batch (pipeline and tensor parallelism's messages)
-    layers: int = 1  # layers a tensor-parallel step allreduces activations for (twice each)
 
     @property
     def compute_s(self) -> float:
