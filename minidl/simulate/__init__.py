@@ -4,7 +4,8 @@ profile.py   one real rank's step measured here: forward, backward, update, buck
 tasks.py     the trainer's LM and CNN steps (presets, models, optimizer) to profile
 node.py      a node description (cores, per-core speed, efficiency, ranks per node) scaling the compute
 network.py   the seconds of one allreduce on a network (``collectives.allreduce_time``)
-step.py      the step on P nodes (with or without overlap) and the weak-scaling table
+step.py      the step on P nodes (with or without overlap) and the scaling table
+schemes.py   the other schemes' steps (parameter servers, local SGD, pipelines, tensor parallelism) and stragglers
 cli.py       the command line
 
 from minidl.simulate import TaskOptions, profile_task, scaling
@@ -16,6 +17,7 @@ for row in scaling(prof, [1, 2, 4, 8], "ring", "crossbar"):
 from minidl.simulate.network import allreduce_time
 from minidl.simulate.node import NodeSpec
 from minidl.simulate.profile import BucketProfile, Profile, capture, described, gradient_clock
+from minidl.simulate.schemes import Scheme, Variation
 from minidl.simulate.step import Cluster, Row, StepTime, scaling, simulate_step, step_time
 from minidl.simulate.tasks import TaskOptions, profile_task
 
@@ -25,8 +27,10 @@ __all__ = [
     "NodeSpec",
     "Profile",
     "Row",
+    "Scheme",
     "StepTime",
     "TaskOptions",
+    "Variation",
     "allreduce_time",
     "capture",
     "described",

@@ -20,6 +20,7 @@ from typing import Any
 
 from collectives.cost import get_params, load_params
 from collectives.virtual_time.network import known_networks
+from minidl.simulate import scheme_flags
 from minidl.simulate.network import ALGORITHMS, allreduce_time
 from minidl.simulate.node import NodeSpec
 from minidl.simulate.profile import Profile, described
@@ -74,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument(
         "--sparse-embedding", action="store_true", help="lm: the embedding's gradient exchanged as its non-zero rows"
     )
+    scheme_flags.add_arguments(p)
     o = p.add_argument_group("output")
     o.add_argument("--json", action="store_true", help="one JSON object per row")
     o.add_argument("--plot", metavar="FILE", help="speed-up against nodes, one curve per algorithm and network")
@@ -196,6 +198,10 @@ def run(args: argparse.Namespace) -> list[Row]:
     if bad:
         raise UsageError(f"--allreduce: unknown {', '.join(bad)}; known: {', '.join(ALGORITHMS)}")
     try:
+        chosen = scheme_flags.schemes(args, algorithms)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    try:
         params = load_params(args.params) if args.params else None
     except (OSError, ValueError) as e:
         raise UsageError(f"--params: {e}") from None
@@ -214,8 +220,8 @@ def run(args: argparse.Namespace) -> list[Row]:
     rows = [
         row
         for network in networks
-        for algorithm in algorithms
-        for row in scaling(profile, nodes, algorithm, network, node, args.overlap, params, options)
+        for algorithm, scheme in chosen
+        for row in scaling(profile, nodes, algorithm, network, node, args.overlap, params, options, scheme)
     ]
     if args.json:
         for r in rows:
@@ -244,6 +250,7 @@ def describe_model(profile: Profile, node: NodeSpec, args: argparse.Namespace, p
             + f", {cost}; {mode}",
             "  weak scaling: the batch per rank is fixed; speed-up = rate / rate of one node, efficiency = speed-up / nodes",
         ]
+        + [line for line in [scheme_flags.describe(args)] if line]
     )
 
 

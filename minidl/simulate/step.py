@@ -27,9 +27,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from collectives.cost import CostParams, get_params
+from collectives.virtual_time.network import get_network
 from minidl.simulate.network import allreduce_time, collective_time
 from minidl.simulate.node import NodeSpec
 from minidl.simulate.profile import BucketProfile, Profile
+from minidl.simulate.schemes import Scheme, scheme_step, slowest
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,11 @@ class Cluster:
             call, self.ranks, nbytes, self.network, self.params, ranks_per_node=rpn, **dict(self.options)
         )
 
+    def link(self) -> CostParams:
+        """alpha and beta between two nodes (the network's link) and gamma."""
+        options = {k: v for k, v in self.options if k != "dims"}  # a torus's sides concern its routes only
+        return get_network(self.network, self.params, **options).params
+
     def exchange_s(self, algorithm: str, bucket: BucketProfile) -> float:
         """A bucket's exchange: the allreduce of its bytes, or for a rows bucket sparse_rows.exchange_rows.
 
@@ -120,8 +127,20 @@ class Cluster:
         )
 
 
-def simulate_step(profile: Profile, cluster: Cluster, algorithm: str = "ring", overlap: bool = False) -> StepTime:
-    """One step of ``profile`` (already scaled to the node) on ``cluster`` (see the module doc)."""
+def simulate_step(
+    profile: Profile, cluster: Cluster, algorithm: str = "ring", overlap: bool = False, scheme: Scheme | None = None
+) -> StepTime:
+    """One step of ``profile`` (already scaled to the node) on ``cluster`` (see the module doc).
+
+    ``scheme`` (schemes.py): another parallel scheme, or data parallelism whose ranks vary (every rank waits for
+    the slowest: the step of a rank computing E[max_r f_r] times as long); its algorithm and overlap win.
+    """
+    if scheme is not None and scheme.parallel != "data":
+        compute, comm = scheme_step(profile, cluster, scheme)
+        return StepTime(compute, comm, comm, ())
+    if scheme is not None:
+        profile = slowest(profile, scheme.variation.wait(cluster.ranks))
+        algorithm, overlap = scheme.algorithm, scheme.overlap
     if cluster.ranks == 1:
         return step_time(profile, [0.0] * len(profile.buckets), overlap)
     bucket_s = [b.pack_s + cluster.exchange_s(algorithm, b) for b in profile.buckets]
@@ -160,37 +179,28 @@ def scaling(
     overlap: bool = False,
     params: CostParams | None = None,
     options: dict[str, Any] | None = None,
+    scheme: Scheme | None = None,
 ) -> list[Row]:
-    """The weak-scaling table of ``profile`` (as measured; ``node`` scales it) on each node count; ``options``
-    go to the network (topology, oversubscription, leaf_size, dims)."""
+    """The scaling table of ``profile`` (as measured; ``node`` scales it) on each node count; ``options`` go to
+    the network (topology, oversubscription, leaf_size, dims). Weak scaling (the batch per rank fixed), or with a
+    ``scheme`` that splits one batch (pipeline, tensor: schemes.py) strong scaling."""
     node = node or NodeSpec()
     scaled = node.apply(profile)
+    weak = scheme is None or scheme.weak
 
     def rate(n: int) -> tuple[float, StepTime]:
-        t = simulate_step(
-            scaled, Cluster(n, network, node, params, tuple(sorted((options or {}).items()))), algorithm, overlap
-        )
-        return n * node.ranks_per_node * scaled.items / t.step_s, t
+        cluster = Cluster(n, network, node, params, tuple(sorted((options or {}).items())))
+        t = simulate_step(scaled, cluster, algorithm, overlap, scheme)
+        return (cluster.ranks if weak else 1) * scaled.items / t.step_s, t
 
     one, _ = rate(1)
+    name = network if isinstance(network, str) else type(network).__name__
+    label = algorithm if scheme is None else scheme.label
     rows = []
     for n in nodes:
         r, t = rate(n)
-        name = network if isinstance(network, str) else type(network).__name__
         rows.append(
-            Row(
-                n,
-                r,
-                r / n,
-                r / one,
-                r / one / n,
-                t.step_s,
-                t.compute_s,
-                t.comm_s,
-                n * node.ranks_per_node,
-                algorithm,
-                name,
-                overlap,
-            )
-        )
+            Row(n, r, r / n, r / one, r / one / n, t.step_s, t.compute_s, t.comm_s, n * node.ranks_per_node, label,
+                name, overlap if scheme is None else scheme.overlap)
+        )  # fmt: skip
     return rows
