@@ -16,7 +16,7 @@ from minidl.simulate.cli import main
 from minidl.simulate.schemes import Scheme, Variation, bubble
 
 C = CostParams(alpha=10e-6, beta=1e-9, gamma=2e-10)
-A = 1_024_000  # activation bytes: blocks that split evenly up to p = 64 (float32)
+A = 1_024_000  # activation bytes: blocks that split evenly up to p = 64 (float32), also in 4 time steps
 
 
 def ring_allgather(p: int, nbytes: float) -> float:
@@ -118,9 +118,12 @@ def test_pipeline_bubble_is_p_minus_1_over_m_plus_p_minus_1(P, m, schedule):
 
 
 @pytest.mark.parametrize("P", [1, 8, 64])
-def test_tensor_parallel_step(P):
-    t = simulate_step(hand_profile(), Cluster(P, "crossbar", params=C), scheme=Scheme("tensor", "ring"))
-    comm = 2 * 3 * cost.predict("ring", P, A, C) if P > 1 else 0.0
+@pytest.mark.parametrize("k", [1, 4])
+def test_tensor_parallel_step(P, k):
+    """Two allreduces per layer, or per layer and time step (k) of an RNN, of A / k bytes."""
+    prof = replace(hand_profile(), sequential=k)
+    t = simulate_step(prof, Cluster(P, "crossbar", params=C), scheme=Scheme("tensor", "ring"))
+    comm = 2 * 3 * k * cost.predict("ring", P, A / k, C) if P > 1 else 0.0
     assert t.step_s == pytest.approx(3.5 / P + comm, rel=1e-9)
 
 

@@ -256,6 +256,91 @@ print(f"  overlapped:         {1e3 * over.comm_s:.1f} ms exposed -> step {1e3 * 
 print(f"  the last-ready bucket alone ({scaled.buckets[last].nbytes / 2**20:.1f} MiB) takes {1e3 * last_s:.1f} ms")
 
 # %% [markdown]
+# ## 7. Stragglers: who waits for the slowest rank
+#
+# So far every rank computed its step in the same time. On a real cluster some do not: another job on the node,
+# a page fault storm, a throttled CPU. A synchronous allreduce cannot finish before the last rank joins it, so the
+# step takes as long as the slowest rank's compute: with p ranks, E[max_r f_r] times the mean. `Variation` draws
+# each rank's compute per step (here a rank is a straggler in 1% of its steps and then takes twice as long). At
+# 256 nodes some rank straggles in 1 - 0.99^256 = 92% of the steps, so nearly every step runs at the straggler's
+# pace. Singh ("Scaling in the Deep Learning Applications", 2017) weighs exactly this against asynchronous
+# training: an asynchronous parameter server never waits for another worker (each pushes its gradient and pulls
+# fresh parameters at its own pace, at the price of stale gradients), and local SGD waits once per H steps for
+# the slowest *sum* of H steps, in which the slow steps average out. Same profile, 10GbE, 16 parameter servers:
+
+# %%
+from minidl.simulate import Scheme, Variation  # noqa: E402
+
+slow = Variation(straggler=0.01, slowdown=2.0)
+BIG = [1, 16, 256]
+compare = {
+    "allreduce, all ranks equal": None,
+    "allreduce, 1% stragglers x2": Scheme("data", "ring", variation=slow),
+    "local SGD H=8, stragglers": Scheme("local-sgd", "ring", local_steps=8, variation=slow),
+    "async PS (16 servers), stragglers": Scheme("ps-async", servers=16, variation=slow),
+    "sync PS (16 servers), stragglers": Scheme("ps", servers=16, variation=slow),
+}
+print(f"waits for E[max f]: {slow.wait(1):.3f} on 1 node, {slow.wait(16):.3f} on 16, {slow.wait(256):.3f} on 256")
+effs = {}
+for name, scheme in compare.items():
+    rows = scaling(profile, BIG, "ring", "10gbe", scheme=scheme)
+    effs[name] = [r.efficiency for r in rows]
+    print(f"{name:>36}: " + "  ".join(f"{r.nodes:>3} nodes {100 * r.efficiency:3.0f}%" for r in rows))
+
+# %% [markdown]
+# The synchronous allreduce falls from its straggler-free efficiency to about half at 256 nodes: the step is the
+# straggler's. Local SGD waits for the slowest mean of 8 steps, close to the mean, and pays the allreduce once in
+# 8 steps; the asynchronous server loses nothing to the straggler (each worker goes at its own mean pace) but its
+# servers' NICs must take every worker's gradient and send back every worker's parameters: with too few servers
+# they become the bottleneck (try `servers=1`), and the gradients it applies are stale by about one update per
+# worker. The synchronous parameter server waits for the straggler *and* funnels the traffic through its servers.
+# From a shell: `python -m minidl.simulate lm --nodes 1,16,256 --network 10gbe --straggler 0.01:2
+# --parallel data,local-sgd,ps-async --servers 16` (`--jitter 0.1` draws every rank's compute around the mean).
+#
+# ## 8. Every scheme on the same cluster
+#
+# The articles compare more than allreduce against a parameter server (Justus, "High performance computing for
+# AI", 2018: data, model and pipeline parallelism). The simulator has a step for each (`minidl/simulate/schemes.py`,
+# each checked against its closed form in `tests/test_simulate_schemes.py`). Pipeline and tensor parallelism split
+# *one* batch over the nodes (strong scaling), the others give every node its own batch (weak scaling), so the
+# fair comparison is the rate, in words/s. A pipeline of p stages and m microbatches idles (p - 1) / (m + p - 1)
+# of its slots (the bubble; GPipe and 1F1B alike, 1F1B holding p microbatches' activations instead of m):
+
+# %%
+from minidl.simulate.schemes import bubble  # noqa: E402
+
+free = Cluster(4, "crossbar", params=cost.CostParams(0.0, 0.0, 0.0))  # no communication: the bubble alone
+for m in (1, 4, 16, 64):
+    t = simulate_step(profile, free, scheme=Scheme("pipeline", microbatches=m))
+    idle = 1 - (profile.forward_s + profile.backward_s) / 4 / (t.step_s - profile.update_s / 4)
+    print(
+        f"4 stages, m = {m:>2}: idle {100 * idle:4.1f}% of the step; (p - 1)/(m + p - 1) = {100 * bubble(4, m):4.1f}%"
+    )
+
+schemes = {
+    "allreduce (ring)": None,
+    "local SGD H=8": Scheme("local-sgd", local_steps=8),
+    "sync PS, 1 server": Scheme("ps", servers=1),
+    "sync PS, 4 servers": Scheme("ps", servers=4),
+    "async PS, 4 servers": Scheme("ps-async", servers=4),
+    "pipeline 1F1B m=16": Scheme("pipeline", microbatches=16),
+    "tensor (ring)": Scheme("tensor", "ring"),
+}
+print(f"\n{'':>20}" + "".join(f"{n:>9} nodes" for n in (4, 16)) + "   (words/s, 10GbE)")
+for name, scheme in schemes.items():
+    rows = scaling(profile, [1, 4, 16], "ring", "10gbe", scheme=scheme)
+    print(f"{name:>20}" + "".join(f"{r.rate:>15,.0f}" for r in rows[1:]))
+
+# %% [markdown]
+# Data parallelism (allreduce or local SGD) moves the gradient once a step whatever p is; one parameter server
+# moves it p times through one NIC, so it needs more servers as the workers grow. A pipeline of the small LM's
+# few layers has little to split: its speed-up is capped by the bubble and by how many stages the model has (the
+# simulator splits the compute evenly whatever p, an idealisation beyond p = layers). Tensor parallelism splits
+# each LSTM layer's matrices, and the next time step needs the whole hidden state: 2 L T allreduces a step (80
+# here), each small, each paying the latencies of an allreduce over p nodes, so it falls behind as p grows.
+# Megatron keeps it inside a node, on NVLink, for layers too big for one GPU, and scales out with data parallelism.
+
+# %% [markdown]
 # ## Summary
 #
 # - `profile_task` measures one rank's real step here; `NodeSpec` scales it to a node you describe; `scaling` and
@@ -265,6 +350,10 @@ print(f"  the last-ready bucket alone ({scaled.buckets[last].nbytes / 2**20:.1f}
 #   the first, ring or Rabenseifner for the second, and the topology can overturn the paper ranking.
 # - The efficiency is compute / (compute + exposed communication): faster nodes and slower networks both lower
 #   it; overlap hides what comes after each bucket is ready, never the last bucket.
+# - A synchronous step waits for its slowest rank: a 1% straggler halves the allreduce's efficiency at 256 nodes,
+#   where local SGD and an asynchronous parameter server with enough servers keep most of theirs (section 7).
+# - Parameter servers, pipelines (the bubble, (p - 1)/(m + p - 1)) and tensor parallelism have simulated steps
+#   too (`--parallel`), so the articles' comparisons project to hundreds of nodes (section 8).
 # - `benchmarks/simulate_validation.py` holds the simulator to real runs here (p = 1..4) and asks the articles'
 #   questions: which network reproduces the PTB LSTM's ~15x at 32 nodes, what the 80% at 16 GPUs and ResNet-50
 #   at 256 nodes require.

@@ -87,6 +87,7 @@ class Profile:
     notes: tuple[str, ...] = field(default_factory=tuple)
     activation_bytes: int = 0  # at a layer boundary, for the step's batch (pipeline and tensor parallelism's messages)
     layers: int = 1  # layers a tensor-parallel step allreduces activations for (twice each)
+    sequential: int = 1  # exchanges per layer and step in tensor parallelism: an RNN's time steps (each its own)
 
     @property
     def compute_s(self) -> float:

@@ -18,7 +18,8 @@ activations at a layer boundary, L layers. ``Variation`` makes ranks unequal: ra
                 compute (F + B) / (P m) and its two activation messages (alpha + A / m beta each way), then U / P;
                 the bubble, the idle share of the slots, is (P - 1) / (m + P - 1)
     tensor      every layer split P ways (Megatron, model_parallel/tensor_parallel.py): compute C / P and per
-                layer one allreduce of A bytes forward and one backward: step = C / P + 2 L allreduce(A)
+                layer one allreduce of A bytes forward and one backward, or for a recurrent layer one per time
+                step (k of them, A / k bytes each: the next step needs the whole state): C / P + 2 L k allreduce(A / k)
 
 data, local-sgd and the two parameter servers scale weakly (b items per worker per step, P b per step in all);
 pipeline and tensor strongly (one batch of b items split over the P nodes). The closed forms above are the
@@ -199,6 +200,6 @@ def _pipeline(profile: Profile, cluster: Any, s: Scheme) -> tuple[float, float]:
 
 
 def _tensor(profile: Profile, cluster: Any, s: Scheme) -> tuple[float, float]:
-    P = cluster.ranks
+    P, k = cluster.ranks, profile.sequential
     compute = profile.compute_s / P * s.variation.wait(P)
-    return compute, 2 * profile.layers * cluster.allreduce_s(s.algorithm, profile.activation_bytes)
+    return compute, 2 * profile.layers * k * cluster.allreduce_s(s.algorithm, profile.activation_bytes / k)

@@ -113,7 +113,7 @@ def profile_lm(o: TaskOptions) -> Profile:
         task, "words", B * T, model, opt, forward, update, int(o.fusion_mb * 2**20), o.steps, max_spread=o.max_spread
     )
     itemsize = np.dtype(minidl.get_default_dtype()).itemsize
-    return replace(prof, activation_bytes=B * T * cfg.hidden_size * itemsize, layers=cfg.num_layers)
+    return replace(prof, activation_bytes=B * T * cfg.hidden_size * itemsize, layers=cfg.num_layers, sequential=T)
 
 
 def profile_cnn(o: TaskOptions) -> Profile:
