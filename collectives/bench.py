@@ -35,6 +35,7 @@ from collectives.agreement import INLINE
 from collectives.bench_plan import DEFAULT_BUDGET_S, EXIT_INTERRUPTED, Budget, describe, free_memory, machine_sizes
 
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+DEFAULT_PLOT = os.path.join("runs", "allreduce_bench.png")  # under runs/, not beside the sources
 
 
 def parse_size(text: str) -> int:
@@ -267,6 +268,8 @@ def gloo_times(comm, args) -> dict[int, float]:
 def plot(rows: list[dict], path: str) -> None:
     import matplotlib.pyplot as plt
 
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+
     fig, (ax_t, ax_bw) = plt.subplots(1, 2, figsize=(12, 4.5))
     names = sorted({r["algorithm"].split("(")[0] for r in rows}, key=lambda n: (n != "mpi", n))
     for name in names:
@@ -296,7 +299,7 @@ def main(argv: list[str] | None = None) -> list[dict] | dict:
     parser.add_argument("--no-check", action="store_true", help="skip the agreement check (check=False)")
     parser.add_argument("--no-calibrate", action="store_true", help="use the built-in cost parameters for auto")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON (rank 0)")
-    parser.add_argument("--plot", metavar="PNG", nargs="?", const="allreduce_bench.png", help="save a figure")
+    parser.add_argument("--plot", metavar="PNG", nargs="?", const=DEFAULT_PLOT, help=f"save a figure ({DEFAULT_PLOT})")
     parser.add_argument("--torch-gloo", action="store_true", help="add torch.distributed gloo's all_reduce time")
     parser.add_argument("--gloo-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

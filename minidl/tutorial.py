@@ -8,7 +8,8 @@ things differ between the two, and this module hides them:
 - figures: a script saves them under ``tutorials/out/`` (or ``$MINIDL_TUTORIAL_OUT``); a notebook shows
   them inline and saves them too;
 - ranks: a lesson that needs P MPI ranks cannot run inside one notebook kernel. ``need_ranks`` runs the
-  whole lesson under ``mpiexec -n P`` from the notebook and shows what rank 0 printed, instead of
+  whole lesson under ``mpiexec -n P`` from the notebook (rank 0 marks where each code cell begins), and
+  each later cell of the notebook shows what rank 0 printed in that cell, its figures inline, instead of
   computing numbers on one rank that would mean nothing.
 
 Nothing here uses a tutorial's ``__file__`` (a notebook has none).
@@ -61,6 +62,23 @@ def show(fig: Any, name: str, **savefig: Any) -> Path:
     return path
 
 
+def quick_note(ax: Any, text: str) -> None:
+    """In quick mode, write on the plot what its seconds-long run cannot show (nothing otherwise)."""
+    if quick():
+        ax.text(
+            0.5,
+            0.04,
+            f"quick mode: {text}",
+            transform=ax.transAxes,
+            ha="center",
+            va="bottom",
+            fontsize=7,
+            color="dimgray",
+            wrap=True,
+            bbox={"facecolor": "white", "edgecolor": "lightgray", "alpha": 0.9},
+        )
+
+
 def show_file(path: Path) -> Path:
     """A picture already written (a PNG or SVG, e.g. by ``minidl.viz.graph``): shown inline in a notebook,
     named in a script. Returns the path."""
@@ -83,8 +101,8 @@ def need_ranks(n: int, script: str, comm_size: int) -> bool:
 
     ``script`` is the tutorial's file name (``"05_data_parallel.py"``), ``comm_size`` the number of ranks
     it was started with. Under ``mpiexec -n P`` (P >= 2) this returns True and the lesson goes on. In a
-    notebook it runs ``mpiexec -n n python tutorials/<script> [--quick]`` as a subprocess, shows rank 0's
-    output here, and makes the notebook's remaining cells no-ops (they have just run on the ranks).
+    notebook it runs the lesson under ``mpiexec -n n`` (``run_in_cells``), shows here what rank 0 printed up
+    to this cell, and makes each later cell show its own output from the ranks, figures inline.
     From a plain one-process ``python`` run it exits with the command to type.
     """
     if comm_size >= 2:
@@ -97,22 +115,90 @@ def need_ranks(n: int, script: str, comm_size: int) -> bool:
         print(f"This lesson needs {n} MPI ranks and no mpiexec (or tutorials/{script}) was found here.")
         print(f"Run it from a shell: {command}")
     else:
-        args = [launcher, "-n", str(n), sys.executable, str(path)] + (["--quick"] if quick() else [])
         print(f"$ {command}{' --quick' if quick() else ''}   (the lesson runs on {n} ranks; rank 0 prints)\n")
-        env = dict(os.environ, MPLBACKEND="Agg")
-        done = subprocess.run(args, capture_output=True, text=True, env=env, cwd=TUTORIALS.parent)
-        print(done.stdout, end="")
-        if done.returncode != 0:
-            raise RuntimeError(f"`{command}` failed (exit {done.returncode}):\n{done.stderr[-4000:]}")
-        print(f"\n(figures saved under {out_dir()})")
-    _skip_remaining_cells()
+        outputs = run_in_cells(launcher, n, path)
+        here = next(k for k, source in enumerate(code_cells(path)) if "need_ranks(" in source)
+        for output in outputs[: here + 1]:  # the cells up to this one: their output on rank 0, here
+            replay(output)
+        _replay_remaining_cells(outputs[here + 1 :])
+        return False
+    _replay_remaining_cells([])
     return False
 
 
-def _skip_remaining_cells() -> None:
-    """Turn every later cell of this notebook into a no-op (their work ran under mpiexec above)."""
+# ----------------------------------------------------------------------------- a lesson on ranks, cell by cell
+CELL_MARK = "\x1eminidl-cell {}\x1e"  # rank 0 prints it where each code cell begins (a record separator)
+RANK_VARIABLES = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK")
+
+
+def code_cells(path: Path) -> list[str]:
+    """The sources of the code cells of a Jupytext "percent" lesson, in order."""
+    import jupytext
+
+    return [cell.source for cell in jupytext.read(path).cells if cell.cell_type == "code"]
+
+
+def cells_script(path: Path) -> str:
+    """The lesson as one script in which rank 0 prints ``CELL_MARK`` before each code cell."""
+    rank0 = f"all(__import__('os').environ.get(v, '0') == '0' for v in {RANK_VARIABLES!r})"
+    parts = [f"_minidl_rank0 = {rank0}\n"]
+    for k, source in enumerate(code_cells(path)):
+        parts.append(f"if _minidl_rank0:\n    print({CELL_MARK.format(k)!r}, flush=True)\n{source}\n")
+    return "\n".join(parts)
+
+
+def split_cells(stdout: str, cells: int) -> list[str]:
+    """Rank 0's output cut at the cell marks: one string per code cell (a cell that printed nothing: "")."""
+    outputs = [""] * cells
+    pieces = stdout.split("\x1eminidl-cell ")
+    outputs[0] = pieces[0]
+    for piece in pieces[1:]:
+        number, _, text = piece.partition("\x1e")
+        outputs[int(number)] = text.lstrip("\n")
+    return outputs
+
+
+def run_in_cells(launcher: str, n: int, path: Path) -> list[str]:
+    """Run the lesson under ``mpiexec -n n`` (figures saved, not shown) and return each code cell's output."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp) / path.name
+        script.write_text(cells_script(path))
+        args = [launcher, "-n", str(n), sys.executable, str(script)] + (["--quick"] if quick() else [])
+        env = dict(os.environ, MPLBACKEND="Agg", PYTHONPATH=str(TUTORIALS.parent))
+        done = subprocess.run(args, capture_output=True, text=True, env=env, cwd=TUTORIALS.parent)
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"`mpiexec -n {n} python {path.name}` failed (exit {done.returncode}):\n{done.stderr[-4000:]}"
+        )
+    return split_cells(done.stdout, len(code_cells(path)))
+
+
+def replay(output: str) -> None:
+    """Print a cell's output from the ranks; a figure it saved ("saved PATH") is shown inline instead."""
+    for line in output.splitlines():
+        if line.startswith("saved ") and line.endswith((".png", ".svg")) and Path(line[6:]).is_file():
+            show_file(Path(line[6:]))
+        else:
+            print(line)
+
+
+def _replay_remaining_cells(outputs: list[str]) -> None:
+    """Every later cell of this notebook shows its output from the ranks instead of running here (it ran there)."""
     import IPython
 
     ip = IPython.get_ipython()  # type: ignore[attr-defined]
-    if ip is not None:
-        ip.input_transformers_post.append(lambda lines: ["pass  # ran under mpiexec above\n"])
+    if ip is None:
+        return
+    _REPLAY[:] = outputs
+    ip.input_transformers_post.append(lambda lines: ["__import__('minidl.tutorial').tutorial._next_cell()\n"])
+
+
+_REPLAY: list[str] = []
+
+
+def _next_cell() -> None:
+    """The output of the next cell from the ranks (nothing once the lesson's cells are done)."""
+    if _REPLAY:
+        replay(_REPLAY.pop(0))

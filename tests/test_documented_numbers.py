@@ -41,3 +41,31 @@ def test_a_table_line_that_moved_is_caught():
     text = f"```sh\n{command}```\n\n```\n     4      4  ring               1gbe             9,999     1,241\n```\n"
     n, problems = docs_numbers.check_simulated("docs/x.md", text)
     assert n == 1 and len(problems) == 1 and "no longer prints" in problems[0]
+
+
+OUTPUT_FLAGS = ("--save", "--save-profile", "--timeline", "--log-json", "--plot", "--out", "--json-out")
+
+
+def root_outputs(text: str) -> list[str]:
+    """Output paths of documented commands (lines starting with python, mpiexec or make) that name no folder."""
+    bad = []
+    for line in text.splitlines():
+        words = line.strip().split()
+        if not words or words[0] not in ("python", "mpiexec", "make", "MINIDL_QUICK=1"):
+            continue
+        for flag, value in zip(words, words[1:]):
+            if flag in OUTPUT_FLAGS and not value.startswith("-") and "/" not in value and "$" not in value:
+                bad.append(f"{flag} {value}")
+    return bad
+
+
+def test_documented_commands_write_no_files_into_the_repository_root():
+    assert root_outputs("python -m minidl.train lm --save model.npz --timeline runs/t.json") == ["--save model.npz"]
+    found = {path: root_outputs(text) for path, text in docs_numbers.documents().items()}
+    assert {path: bad for path, bad in found.items() if bad} == {}
+
+
+def test_the_benchmark_figure_goes_under_runs():
+    from collectives.bench import DEFAULT_PLOT
+
+    assert DEFAULT_PLOT.split("/")[0] == "runs"

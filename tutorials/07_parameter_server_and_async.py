@@ -280,8 +280,9 @@ results = C.compare(comm, task, steps=20 if QUICK else 300)
 if RANK == 0:
     print(task.name)
     print(C.format_table(results))
-    C.plot(results, os.path.join(OUT, "07_schemes.png"), title=f"{task.name}, {P} ranks")
-    print(f"loss curves: {os.path.join(OUT, '07_schemes.png')}")
+    quick = "\nquick mode: 20 steps per worker, too few for the schemes' losses to part (run without --quick)"
+    C.plot(results, os.path.join(OUT, "07_schemes.png"), title=f"{task.name}, {P} ranks" + (quick if QUICK else ""))
+    tutorial.show_file(tutorial.out_dir() / "07_schemes.png")  # inline in a notebook
 
 # %% [markdown]
 # What to read in the table (numbers vary with the machine; ranks on one laptop share cores and talk
