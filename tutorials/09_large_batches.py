@@ -97,7 +97,7 @@ for name in RECIPES:
     ax.plot(BATCHES, [table[b, name] for b in BATCHES], "o-", label=name)
 ax.axhline(TRIVIAL, color="k", ls=":", label=f'all "no": {TRIVIAL:.0f}%')
 ax.set(xscale="log", xlabel="global batch", ylabel="test per-label accuracy %", title=f"{EPOCHS} epochs each")
-tutorial.quick_note(ax, f'{EPOCHS} epochs of {N_TRAIN} images: too short to learn beyond all-"no"; run without --quick')
+tutorial.quick_note(ax, f'{EPOCHS} epochs of {N_TRAIN} images: too short to learn beyond all-"no"')
 ax.legend()
 tutorial.show(fig, "09_accuracy_vs_batch.png")
 
