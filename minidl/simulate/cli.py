@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from typing import Any
 
 from collectives.cost import get_params, load_params
@@ -121,18 +122,23 @@ def network_options(args: argparse.Namespace) -> dict[str, Any]:
 def parse_description(text: str) -> Profile:
     """``params=25.6e6,rate=100,batch=64[,unit=images]`` -> ``profile.described(...)``."""
     fields = dict(part.split("=", 1) for part in text.split(",") if "=" in part)
-    unknown = set(fields) - {"params", "rate", "batch", "unit", "fusion_mb"}
+    unknown = set(fields) - {"params", "rate", "batch", "unit", "fusion_mb", "activation_mb", "layers"}
     if unknown or not {"params", "rate", "batch"} <= set(fields):
-        raise UsageError(f"--profile: {text!r} is neither a file nor params=N,rate=R,batch=B[,unit=U,fusion_mb=M]")
+        raise UsageError(
+            f"--profile: {text!r} is neither a file nor params=N,rate=R,batch=B[,unit=U,fusion_mb=M,activation_mb=A,"
+            "layers=L]"
+        )
     try:
         fusion = int(float(fields.get("fusion_mb", 64)) * 2**20)
-        return described(
+        profile = described(
             float(fields["params"]),
             float(fields["rate"]),
             int(fields["batch"]),
             fields.get("unit", "images"),
             fusion_bytes=fusion,
         )
+        activations = int(float(fields.get("activation_mb", 0)) * 2**20)  # at a layer boundary, the whole batch
+        return replace(profile, activation_bytes=activations, layers=int(fields.get("layers", 1)))
     except ValueError as e:
         raise UsageError(f"--profile: {e}") from None
 
@@ -215,6 +221,10 @@ def run(args: argparse.Namespace) -> list[Row]:
         except ValueError as e:
             raise UsageError(f"--network {network}: {e}") from None
     profile = get_profile(args)
+    try:
+        scheme_flags.check_profile(chosen, profile)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     if args.save_profile:
         profile.save(args.save_profile)
     rows = [

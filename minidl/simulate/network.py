@@ -15,6 +15,8 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
+import numpy as np
+
 import collectives
 from collectives import cost
 
@@ -37,8 +39,8 @@ def allreduce_time(
         return 0.0
     given = tuple(sorted((k, v) for k, v in options.items() if v is not None))
     if algorithm == "auto":
-        return min(_cached(a, p, int(nbytes), network, params, given) for a in cost.ALGORITHMS)
-    return _cached(algorithm, p, int(nbytes), network, params, given)
+        return min(_cached(a, p, _float32s(nbytes), network, params, given) for a in cost.ALGORITHMS)
+    return _cached(algorithm, p, _float32s(nbytes), network, params, given)
 
 
 def collective_time(
@@ -51,8 +53,13 @@ def collective_time(
     if p == 1:
         return 0.0
     return _cached(
-        call, p, int(nbytes), network, params, tuple(sorted((k, v) for k, v in options.items() if v is not None))
+        call, p, _float32s(nbytes), network, params, tuple(sorted((k, v) for k, v in options.items() if v is not None))
     )
+
+
+def _float32s(nbytes: float) -> int:
+    """``nbytes`` rounded up to whole float32 values (the traced vectors are float32; a computed size may not be)."""
+    return 4 * -(-int(np.ceil(nbytes)) // 4)
 
 
 @lru_cache(maxsize=4096)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 
+from minidl.simulate.profile import Profile
 from minidl.simulate.schemes import SCHEMES, Scheme, Variation
 
 
@@ -92,3 +93,13 @@ def describe(args: argparse.Namespace) -> str:
         f"  schemes {args.parallel} (minidl/simulate/schemes.py; ps: {args.servers} server node(s) beside the "
         f"workers; pipeline and tensor: one batch split over the nodes, strong scaling); {spread}"
     )
+
+
+def check_profile(chosen: list[tuple[str, Scheme | None]], profile: Profile) -> None:
+    """Pipeline and tensor parallelism send activations: refuse a profile that does not say how many bytes."""
+    split = sorted({s.parallel for _, s in chosen if s is not None and s.parallel in ("pipeline", "tensor")})
+    if split and not profile.activation_bytes:
+        raise ValueError(
+            f"--parallel {split[0]}: the profile gives no activation bytes; measure one, or describe it with "
+            "activation_mb=A[,layers=L]"
+        )
