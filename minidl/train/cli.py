@@ -202,9 +202,9 @@ def run(task_class: Any, argv: list[str] | None = None) -> dict[str, Any]:
         if launch_rank() == 0:  # under mpiexec: rank 0 prints
             print(json.dumps(settings, indent=2))
         return settings
+    validate_or_exit(args, check_args, PROG)  # every flag checked before anything is built: one line and exit 2
     args.argv = list(sys.argv[2:] if argv is None else argv)  # the flags, for the resume command after a Ctrl-C
     args.changes = changed_flags(parser, args)  # named in the run's header
-    validate_or_exit(args, check_args, PROG)  # every flag checked before anything is built: one line and exit 2
     if args.staleness_bound is not None and not args.asynchronous:
         raise SystemExit("--staleness-bound needs --async (a synchronous parameter server is never stale)")
     minidl.manual_seed(args.seed)
