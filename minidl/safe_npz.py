@@ -11,6 +11,7 @@ truncated copy, so ``read_npz`` checks every declared size before it allocates:
 - each .npy header (magic, version, dict with ``descr``, ``fortran_order``, ``shape``) is read
   first, its dtype refused if it holds Python objects (pickle), and ``prod(shape) x itemsize``
   must equal the bytes the entry holds after its header;
+- an entry name that stands twice is refused (zipfile would silently read the last one);
 - only then are the bytes read (zipfile checks their CRC-32 at the end of each entry).
 
 Every failure is a ``CheckpointError`` naming the file and the entry.
@@ -40,12 +41,24 @@ def read_npz(path: str, max_decompressed: int = DEFAULT_MAX_DECOMPRESSED) -> dic
     try:
         with zipfile.ZipFile(path) as archive:
             infos = archive.infolist()
+            _check_unique(path, infos)
             _check_sizes(path, infos, file_size, max_decompressed)
             return {_name(path, info): _read_entry(path, archive, info) for info in infos}
     except CheckpointError:
         raise
     except (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError) as e:
         raise CheckpointError(f"load: {path!r} is truncated or corrupt ({type(e).__name__}: {e})") from None
+
+
+def _check_unique(path: str, infos: list[zipfile.ZipInfo]) -> None:
+    """Refuse an entry name that stands twice: which of the two is meant is anyone's guess (zipfile takes the last)."""
+    seen: set[str] = set()
+    for info in infos:
+        if info.filename in seen:
+            raise CheckpointError(
+                f"load: {path!r}: entry {info.filename!r} appears twice (a tampered or merged archive)"
+            )
+        seen.add(info.filename)
 
 
 def _name(path: str, info: zipfile.ZipInfo) -> str:

@@ -43,6 +43,8 @@ class IDXError(ValueError):
 
 
 MAX_RATIO = 1032  # deflate's best compression: a gzip file of n bytes inflates to at most ~1032 n
+DEFAULT_MAX_BYTES = 4 << 30  # 4 GiB of data; pass max_bytes= to allow more (MNIST's largest file: 47 MB)
+MAX_DIMS = 64 if np.lib.NumpyVersion(np.__version__) >= "2.0.0" else 32  # NumPy's limit on dimensions
 _CHUNK = 1 << 20
 
 
@@ -69,6 +71,8 @@ def _read_header(path: Path, f: BinaryIO) -> tuple[np.dtype, tuple[int, ...], in
     if code not in IDX_DTYPES:
         known = ", ".join(f"0x{c:02X}" for c in IDX_DTYPES)
         raise IDXError(f"{path}: unknown dtype code 0x{code:02X} (known: {known})")
+    if ndim > MAX_DIMS:
+        raise IDXError(f"{path}: {ndim} dimensions, more than NumPy's {MAX_DIMS}")
     dims = f.read(4 * ndim)
     header = 4 + 4 * ndim
     if len(dims) < 4 * ndim:
@@ -76,20 +80,27 @@ def _read_header(path: Path, f: BinaryIO) -> tuple[np.dtype, tuple[int, ...], in
     return IDX_DTYPES[code], tuple(int(d) for d in np.frombuffer(dims, dtype=">u4")), header
 
 
-def _count_rest(f: BinaryIO) -> int:
-    """Bytes left in the stream, read in bounded chunks (trailing data is counted, never held)."""
-    n = 0
-    while chunk := f.read(_CHUNK):
-        n += len(chunk)
-    return n
+def _read_body(f: BinaryIO, expected: int) -> tuple[bytearray, int]:
+    """The ``expected`` data bytes, read in chunks into memory that fills as the data really arrives (a header
+    that lies about a short file commits nothing), and how many bytes the stream held: past ``expected`` at most
+    one chunk more is inflated, so trailing data is found without inflating all of it."""
+    raw = bytearray(expected)
+    view, got = memoryview(raw), 0
+    while got < expected:
+        n = f.readinto(view[got : got + _CHUNK])  # type: ignore[attr-defined]
+        if not n:
+            return raw, got
+        got += n
+    return raw, got + len(f.read(_CHUNK))
 
 
-def load_idx(path: str | Path) -> np.ndarray:
+def load_idx(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES) -> np.ndarray:
     """Read an IDX file into an array of its shape, in native byte order (uint8 for MNIST).
 
-    The header is read and checked first (magic, dtype, dimensions that the file can hold) and only
-    then the data, exactly the bytes it declares: a gzip file is never inflated past what its header
-    asks for, and a corrupt or impossible header is an ``IDXError`` naming the file.
+    The header is read and checked first (magic, dtype, at most NumPy's number of dimensions, sizes that the
+    file can hold and that stay within ``max_bytes``) and only then the data, exactly the bytes it declares: a
+    gzip file is never inflated past one chunk beyond what its header asks for, and a corrupt or impossible
+    header is an ``IDXError`` naming the file.
     """
     path = Path(path)
     stream, most = _open(path)
@@ -105,19 +116,27 @@ def load_idx(path: str | Path) -> np.ndarray:
                     f"{path}: impossible dimensions {shape}: {expected} bytes of {native}, more than a gzip file of "
                     f"{path.stat().st_size} bytes can hold ({most} at most)"
                 )
-            raw = f.read(expected)
-            actual = len(raw) + (_count_rest(f) if len(raw) == expected else 0)
+            if expected > max_bytes:
+                raise IDXError(
+                    f"{path}: dimensions {shape} declare {expected} bytes of {native}, more than the limit of "
+                    f"{max_bytes} (pass max_bytes= to read a larger file)"
+                )
+            raw, actual = _read_body(f, expected)
     except (OSError, EOFError, zlib.error) as e:
         raise IDXError(f"{path}: corrupt or truncated gzip data ({e})") from None
     if actual != expected:
-        raise _mismatch(path, shape, native, expected, actual)
+        raise _mismatch(path, shape, native, expected, actual, complete=actual < expected + _CHUNK)
     return np.frombuffer(raw, dtype=dtype).reshape(shape).astype(native)  # native order, writable copy
 
 
-def _mismatch(path: Path, shape: tuple[int, ...], dtype: np.dtype, expected: int, actual: int) -> IDXError:
+def _mismatch(
+    path: Path, shape: tuple[int, ...], dtype: np.dtype, expected: int, actual: int, complete: bool = True
+) -> IDXError:
+    """The file holds ``actual`` data bytes (or, not ``complete``, more: trailing data is not inflated to the end)."""
     what = "truncated" if actual < expected else "has trailing bytes"
+    has = actual if complete else f"more than {actual}"
     return IDXError(
-        f"{path}: size mismatch ({what}): shape {shape} of {dtype} needs {expected} data bytes, file has {actual}"
+        f"{path}: size mismatch ({what}): shape {shape} of {dtype} needs {expected} data bytes, file has {has}"
     )
 
 

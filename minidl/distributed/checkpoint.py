@@ -31,7 +31,7 @@ import numpy as np
 
 from minidl.distributed.comm import get_comm
 from minidl.distributed.state import fail_together
-from minidl.distributed.wire import broadcast_state, gather_states, scatter_states
+from minidl.distributed.wire import broadcast_state, encode, gather_states, scatter_states
 from minidl.nn.module import Module
 from minidl.optim.optimizer import Optimizer
 
@@ -72,18 +72,25 @@ def save_checkpoint(
             f"save_checkpoint: the optimizer holds {_pending(optimizer)} accumulated backward passes not yet "
             "applied; checkpoint right after an update (when opt.step() returned True)"
         )
+    # a rank_state that cannot be sent (an object) fails on every rank, not on its own rank while the root waits
+    fail_together(comm, "save_checkpoint", lambda: encode(rank_state or {}), "have a rank_state that cannot be saved")
     ranks = gather_states(rank_state or {}, 0, comm)
-    if comm.Get_rank() == 0:
-        from minidl.serialization import save
 
-        ckpt: dict[str, Any] = {"model": model.state_dict(), "world_size": comm.Get_size(), "ranks": ranks}
-        if optimizer is not None:
-            ckpt["optimizer"] = optimizer.state_dict()
-        if scheduler is not None:
-            ckpt["scheduler"] = scheduler.state_dict()
-        ckpt["state"] = state or {}
-        save(ckpt, path)
-    comm.Barrier()  # nobody goes on (or reads the file) before it is complete
+    def write() -> None:
+        if comm.Get_rank() == 0:
+            from minidl.serialization import save
+
+            ckpt: dict[str, Any] = {"model": model.state_dict(), "world_size": comm.Get_size(), "ranks": ranks}
+            if optimizer is not None:
+                ckpt["optimizer"] = optimizer.state_dict()
+            if scheduler is not None:
+                ckpt["scheduler"] = scheduler.state_dict()
+            ckpt["state"] = state or {}
+            save(ckpt, path)
+
+    # the root's failure (an object in ``state``, a full disk) raises on every rank; and nobody goes on (or
+    # reads the file) before it is complete: fail_together's allreduce is the barrier
+    fail_together(comm, "save_checkpoint", write, f"could not write {os.fspath(path)!r}")
 
 
 def load_checkpoint(

@@ -26,15 +26,16 @@ from minidl.nn.module import Module
 from minidl.optim.optimizer import Optimizer
 
 
-def fail_together(comm: Any, what: str, load: Any) -> None:
+def fail_together(comm: Any, what: str, load: Any, trouble: str = "could not take the root's state") -> None:
     """Run ``load()`` on this rank; if it raises on any rank, raise on every rank (the failed ones their own error,
-    the others a MismatchError naming them), so no rank walks on into a collective the failed ones never join."""
+    the others a MismatchError naming them and their ``trouble``), so no rank walks on into a collective the failed
+    ones never join. The allreduce that tells them is also a barrier."""
     from collectives import MismatchError, allreduce
 
     error = None
     try:
         load()
-    except (KeyError, ValueError, TypeError) as e:
+    except (KeyError, ValueError, TypeError, OSError) as e:
         error = e
     if comm.Get_size() > 1:
         rank = comm.Get_rank()
@@ -45,7 +46,7 @@ def fail_together(comm: Any, what: str, load: Any) -> None:
         reasons = [broadcast_state(_message(error) if r == rank else None, r, comm) for r in failed]
         if failed and error is None:
             raise MismatchError(
-                f"{what}: ranks {failed} could not take the root's state:\n  "
+                f"{what}: ranks {failed} {trouble}:\n  "
                 + "\n  ".join(f"rank {r}: {reason}" for r, reason in zip(failed, reasons))
             )
     if error is not None:

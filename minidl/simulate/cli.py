@@ -9,18 +9,25 @@ The compute comes from one real rank's training step on this machine (``minidl.s
 saved or described profile (``--profile``); a node description (``--cores-per-node``, ``--core-speed``,
 ``--efficiency``, ``--ranks-per-node``) scales it; each gradient bucket's allreduce costs what the network
 simulator says (``collectives.allreduce_time``). Weak scaling: the batch per rank is fixed.
+
+Before it simulates, the tool estimates the memory and time the traces will take (a ring on p ranks traces
+6 p^2 events): a run that cannot fit, or would take more than ten minutes, is refused with the estimate; one of
+more than ten seconds is announced.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from dataclasses import replace
 from typing import Any
 
+from collectives import cost
 from collectives.cost import get_params, load_params
 from collectives.virtual_time.network import known_networks
+from collectives.virtual_time.trace import check_memory, events_estimate
 from minidl.simulate import scheme_flags
 from minidl.simulate.network import ALGORITHMS, allreduce_time
 from minidl.simulate.node import NodeSpec
@@ -102,7 +109,22 @@ def node_spec(args: argparse.Namespace) -> NodeSpec:
     cores = number_list("--cores-per-node", args.cores_per_node)[0] if args.cores_per_node else None
     (speed,) = number_list("--core-speed", args.core_speed, float)
     (eff,) = number_list("--efficiency", args.efficiency, float)
+    if eff > 1:
+        raise UsageError(f"--efficiency: {args.efficiency} is above 1 (a fraction of the ideal speed-up: 0 < e <= 1)")
     return NodeSpec(ranks, cores, speed, eff)
+
+
+TASK_SIZES = ("batch_size", "num_steps", "hidden_size", "layers", "vocab", "depth", "width", "profile_steps")
+
+
+def check_task_flags(args: argparse.Namespace) -> None:
+    """The profile's sizes: positive where given (a 0 BPTT window would divide by zero, a -3 batch reach NumPy)."""
+    for name in TASK_SIZES:
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise UsageError(f"--{name.replace('_', '-')}: {value} is not a positive integer")
+    if not args.fusion_mb > 0:
+        raise UsageError(f"--fusion-mb: {args.fusion_mb} is not a positive number of MiB")
 
 
 def network_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -117,6 +139,53 @@ def network_options(args: argparse.Namespace) -> dict[str, Any]:
     if args.link_latency:
         (options["link_latency"],) = number_list("--link-latency", args.link_latency, float)
     return {k: v for k, v in options.items() if v is not None}
+
+
+def check_torus(nodes: list[int], options: dict[str, Any]) -> None:
+    """A torus of --dims AxB holds A*B nodes: every --nodes count but 1 (no network) must be that."""
+    if "dims" not in options:
+        return
+    holds = math.prod(options["dims"])
+    others = [n for n in nodes if n not in (1, holds)]
+    if others:
+        raise UsageError(f"--nodes {others[0]}: --dims {options['dims']} holds {holds} nodes (give --nodes {holds})")
+
+
+# the simulation's speed here (measured): a ring traces and replays ~1.5e5 events/s (1,024 ranks, 6.3e6 events:
+# 40 s); any algorithm costs ~3 ms a rank beyond that (tree: 20,000 ranks 58 s, 40,000 ranks 120 s; 0.6 ms at
+# powers of two, 65,536 ranks 39 s). The estimate takes the larger of the two, so it errs on the slow side.
+EVENTS_PER_SECOND = 1.5e5
+SECONDS_PER_RANK = 3e-3
+MAX_SECONDS = 600.0  # a simulation estimated to take longer is refused, with the estimate
+TELL_SECONDS = 10.0  # one estimated to take longer is announced on stderr before it starts
+
+
+def check_size(nodes: list[int], algorithms: list[str], networks: int, node: NodeSpec, buckets: int) -> None:
+    """Estimate the simulation's time from the events it traces (collectives' events_estimate: ~3 a message, the
+    ring's 6 p^2) and its ranks: refuse what would not fit in memory or would take longer than MAX_SECONDS,
+    announce what takes a while."""
+    names = sorted({name for a in algorithms for name in (cost.ALGORITHMS if a == "auto" else (a,))})
+    largest = max(nodes) * node.ranks_per_node
+    try:
+        for name in names:
+            check_memory(name, largest)
+    except MemoryError as e:
+        raise UsageError(f"--nodes {max(nodes)}: {e}") from None
+    seconds, slowest = 0.0, (0.0, "", 0)
+    for name in names:
+        for p in (n * node.ranks_per_node for n in nodes if n * node.ranks_per_node > 1):
+            t = max(events_estimate(name, p) / EVENTS_PER_SECOND, p * SECONDS_PER_RANK) * networks * max(buckets, 1)
+            seconds += t
+            slowest = max(slowest, (t, name, p))
+    what = f"about {seconds:.{0 if seconds >= 10 else 1}f} s of simulation here (the longest part: {slowest[1]} on {slowest[2]} ranks)"
+    if seconds > MAX_SECONDS:
+        hint = " (or an algorithm with fewer messages than the ring's p^2: tree, recursive_doubling)"
+        raise UsageError(
+            f"--nodes {max(nodes)}: {what}, more than {MAX_SECONDS / 60:.0f} minutes: give fewer nodes"
+            + (hint if slowest[1] == "ring" else "")
+        )
+    if seconds > TELL_SECONDS:
+        print(f"python -m minidl.simulate: {what}", file=sys.stderr, flush=True)
 
 
 def parse_description(text: str) -> Profile:
@@ -213,18 +282,22 @@ def run(args: argparse.Namespace) -> list[Row]:
         raise UsageError(f"--params: {e}") from None
     networks = [n.strip() for n in args.network.split(",")]
     options = network_options(args)
+    check_torus(nodes, options)
+    probe = math.prod(options["dims"]) if "dims" in options else 2  # nodes that the network can hold
     for network in networks:  # an unknown name or topology fails here, in one line, before the profile is measured
         try:
             allreduce_time(
-                "ring", 2 * node.ranks_per_node, 8, network, params, ranks_per_node=node.ranks_per_node, **options
+                "ring", probe * node.ranks_per_node, 8, network, params, ranks_per_node=node.ranks_per_node, **options
             )
         except ValueError as e:
             raise UsageError(f"--network {network}: {e}") from None
+    check_task_flags(args)
     profile = get_profile(args)
     try:
         scheme_flags.check_profile(chosen, profile)
     except ValueError as e:
         raise UsageError(str(e)) from None
+    check_size(nodes, algorithms, len(networks), node, len(profile.buckets))
     if args.save_profile:
         profile.save(args.save_profile)
     rows = [
