@@ -5,7 +5,8 @@ For each case minidl traces the real algorithm (collectives.virtual_time.trace),
 "formula"), and hands the same traces to SimGrid (benchmarks/simgrid_oracle.py, run by the system
 Python that has SimGrid's bindings: ``apt-get install python3-simgrid``) on the same platform:
 SimGrid's CM02 model with its factors 1, links of 1.25 GB/s (10 Gb/s) and ``--link-latency`` each,
-no software alpha (SimGrid has none), gamma 0.1 ns/B. Platforms:
+no software alpha (SimGrid has none), gamma 0.1 ns/B; flows share a link in proportion to 1 / their
+latency as CM02 shares them (minidl's ``sharing="rtt"``; its default, "maxmin", shares equally). Platforms:
 
     crossbar   host -> switch -> host: 2 links a message, none shared
     fattree    leaves of --leaf-size hosts, 2:1 oversubscribed trunks: 2 links within a leaf, 4 between
@@ -75,7 +76,7 @@ def minidl_time(
     params = CostParams(0.0, 1 / BANDWIDTH, GAMMA)
     opts = options(topology, leaf_size)
     return collectives.allreduce_time(
-        algorithm, p, nbytes, "crossbar", params, link_latency=link_latency, engine=engine, **opts
+        algorithm, p, nbytes, "crossbar", params, link_latency=link_latency, engine=engine, sharing="rtt", **opts
     )
 
 

@@ -125,6 +125,16 @@ class LoadSampler:
         return max(0.0, float(np.mean(self.samples or [mine + 1])) - mine - 1)
 
 
+SPREAD = re.compile(r"spread \+(\d+(?:\.\d+)?)%")
+
+
+def median_step(profile):
+    """The profile at its median step (profiles keep the fastest; their source states the spread, median over
+    fastest): the real runs' words/s are means over their steps under the load of the moment, so like with like."""
+    found = SPREAD.search(profile.source)
+    return profile.scaled(1 / (1 + float(found.group(1)) / 100)) if found else profile
+
+
 def share(cores: int, ranks: int, load: float) -> float:
     """A single-threaded rank's share of a core among ``ranks`` busy ranks and ``load`` other tasks (node.py)."""
     return min(1.0, cores / (ranks + load))
@@ -154,7 +164,8 @@ def part_here(args: argparse.Namespace) -> None:
     for _ in range(args.repeats):  # interleaved: a busy neighbour hits every p alike
         for p in ranks:  # the profile right before the run it predicts: both see the same load
             with LoadSampler() as before:
-                profile = profile_task("lm", TaskOptions(preset="demo", steps=args.profile_steps))
+                options = TaskOptions(preset="demo", steps=args.profile_steps, max_spread=None)  # the load is modelled
+                profile = median_step(profile_task("lm", options))
             with LoadSampler() as during:
                 measured[p].append(measured_words_per_s(p, args.steps))
             load[p].append(during.others(p))

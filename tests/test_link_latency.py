@@ -7,6 +7,7 @@ hop counts of each topology, and SimGrid as an oracle where the system Python ha
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import collectives
@@ -99,3 +100,23 @@ def test_bad_link_latency_and_the_flag():
     assert network_options(args) == {"topology": "torus2d", "link_latency": 2e-6}
     with pytest.raises(Exception, match="--link-latency"):
         network_options(build_parser().parse_args(["lm", "--link-latency", "-1"]))
+
+
+def test_rtt_sharing_weighs_each_flow_by_one_over_its_latency():
+    """SimGrid's CM02 shares a bottleneck in proportion to 1 / latency: two flows of 4 and 5 hops get 5/9 and 4/9."""
+    from collectives.virtual_time.flows import max_min_rates
+
+    rates = max_min_rates(np.array([9.0, 100.0]), [(0,), (0, 1)], np.full(2, np.inf), np.array([1 / 4, 1 / 5]))
+    assert rates == pytest.approx([5.0, 4.0])
+    assert max_min_rates(np.array([9.0]), [(0,), (0,)], np.array([1.0, np.inf]), np.array([1.0, 2.0])) == pytest.approx(
+        [1.0, 8.0]
+    )  # a capped flow leaves the rest to the other
+    with pytest.raises(ValueError, match="sharing"):
+        Cluster("10gbe", sharing="fair")
+
+
+def test_torus_ties_go_the_way_simgrid_s_torus_goes():
+    from collectives.virtual_time.topology import _forward
+
+    assert _forward(0, 5, 10) and _forward(6, 1, 10) and not _forward(5, 0, 10)  # half way round: forward, but 5 -> 0
+    assert not _forward(0, 9, 10) and _forward(9, 0, 10) and not _forward(3, 3, 10)

@@ -147,6 +147,7 @@ class _ClusterFabric(Fabric):
         self.topology = make_topology(net.topology, nodes, net.link.bandwidth, **net.options)
         super().__init__(p, net.params.gamma, self.topology.capacity)
         self.ranks_per_node, self.link_latency = net.ranks_per_node, net.link_latency
+        self.rtt_sharing = net.sharing == "rtt"  # flows.weights_of
         self._intra = Path(net.intra.alpha, (), net.intra.bandwidth)
         self._alpha, self._rate = net.link.alpha, net.link.bandwidth
 
@@ -167,7 +168,8 @@ class Cluster(Network):
     joined by ``link`` on ``topology`` (topology.py; ``options`` such as leaf_size, oversubscription,
     dims go to it). Ranks of one node talk through ``intra`` (default shared memory) without
     contention; between nodes a message pays link.alpha (the software's, per message), plus
-    ``link_latency`` seconds per link of its route, and shares the links of its route. gamma
+    ``link_latency`` seconds per link of its route, and shares the links of its route: max-min
+    fairly (``sharing="maxmin"``), or in proportion to 1 / its latency (``"rtt"``, SimGrid's CM02). gamma
     (the CPUs' reduction speed) comes from ``params`` (default cost.get_params()).
     """
 
@@ -179,6 +181,7 @@ class Cluster(Network):
         intra: str | Link = "shm",
         params: CostParams | None = None,
         link_latency: float = 0.0,
+        sharing: str = "maxmin",
         **options,
     ):
         if not isinstance(ranks_per_node, (int, np.integer)) or ranks_per_node < 1:
@@ -186,6 +189,11 @@ class Cluster(Network):
         if isinstance(link_latency, bool) or not isinstance(link_latency, (int, float)) or not link_latency >= 0:
             raise ValueError(f"link_latency must be a non-negative number of seconds, got {link_latency!r}")
         self.link_latency = float(link_latency)
+        if sharing not in ("maxmin", "rtt"):
+            raise ValueError(
+                f"sharing must be 'maxmin' (equal shares) or 'rtt' (1 / latency, as CM02), got {sharing!r}"
+            )
+        self.sharing = sharing
         if topology not in TOPOLOGIES:
             raise ValueError(f"unknown topology {topology!r}: expected one of {', '.join(TOPOLOGIES)}")
         self.link, self.intra = get_link(link), get_link(intra)

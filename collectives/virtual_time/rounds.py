@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from collectives.virtual_time.flows import max_min_rates
+from collectives.virtual_time.flows import max_min_rates, weights_of
 from collectives.virtual_time.network import Fabric
 from collectives.virtual_time.trace import CALLS, REDUCE, SENDRECV, Row, trace_rows
 
@@ -232,7 +232,7 @@ def _pattern(fabric: Fabric, ranks: np.ndarray, dst: np.ndarray) -> tuple[np.nda
     caps = np.array([path.rate for path in paths])
     if not fabric.contention:
         return latency, caps
-    return latency, max_min_rates(fabric.capacity, [path.links for path in paths], caps)
+    return latency, max_min_rates(fabric.capacity, [path.links for path in paths], caps, weights_of(fabric, paths))
 
 
 def formula_time(algorithm: str, p: int, nbytes: float, fabric: Fabric, alpha: float) -> float:

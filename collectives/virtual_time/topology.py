@@ -10,7 +10,8 @@ an uplink (its injection) and a downlink (its ejection), of the link's bandwidth
                from it carrying leaf_size B / ``oversubscription`` (1: full bisection; 4: a quarter of it);
                a message between leaves crosses up, leaf up, leaf down, down
     torus2d    nodes on a 2-D (torus3d: 3-D) torus, dims as near equal as the node count allows (or
-               ``dims``); dimension-order routing the short way round, each hop a link of bandwidth B
+               ``dims``); dimension-order routing the short way round (on a tie as SimGrid), the last
+               (fastest-varying) coordinate first as in SimGrid's TORUS, each hop a link of bandwidth B
 
 A topology is ``Topology(nodes, bandwidth, **options)`` with ``capacity`` (per link),
 ``route(a, b)`` (the link ids from node a to node b, a != b, that share bandwidth) and ``hops(a, b)``:
@@ -116,10 +117,11 @@ class Torus(Topology):
     def _dimension_order(self, a: int, b: int) -> tuple[int, ...]:
         here, there = self.coords(a), self.coords(b)
         links = [a]
-        for dim, size in enumerate(self.dims):
+        for dim in reversed(range(len(self.dims))):  # the fastest-varying coordinate first, as SimGrid's TORUS
+            size = self.dims[dim]
             forward = (there[dim] - here[dim]) % size
-            up = forward <= size - forward  # the short way round
-            for _ in range(forward if up else size - forward):
+            up = _forward(here[dim], there[dim], size)
+            for _ in range(forward if up else (size - forward) % size):
                 node = int(np.ravel_multi_index(here, self.dims))
                 links.append(self._link(node, dim, up))
                 here[dim] = (here[dim] + (1 if up else -1)) % size
@@ -135,6 +137,16 @@ class Torus(Topology):
 
     def describe(self) -> str:
         return f"{len(self.dims)}-D torus {'x'.join(map(str, self.dims))}, dimension-order routing"
+
+
+def _forward(mine: int, target: int, size: int) -> bool:
+    """Whether the short way round a ring of ``size`` from ``mine`` to ``target`` is forward (+1 a hop).
+
+    On a tie (target half way round) forward, except from the middle coordinate to 0: SimGrid's
+    TorusZone rule, so that the two simulators load the same links.
+    """
+    half = size // 2
+    return target > mine and target <= mine + half or mine > half and (mine + half) % size >= target
 
 
 def balanced_dims(nodes: int, ndims: int) -> tuple[int, ...]:
