@@ -59,3 +59,16 @@ def test_virtual_time_traces_uneven_blocks_and_the_check():
     """n not a multiple of k (padded blocks), with the agreement checks of all three steps."""
     t = collectives.allreduce_time("hierarchical", 6, 4 * 7, "10gbe", check=True, ranks_per_node=3)
     assert t > collectives.allreduce_time("hierarchical", 6, 4 * 7, "10gbe", ranks_per_node=3) > 0
+
+
+@pytest.mark.parametrize(
+    "p, k, nbytes, rel", [(64, 4, 4 * 64 * 10, 1e-9), (128, 16, 1 << 20, 1e-9), (96, 8, 4 * 1001, 0.01)]
+)
+def test_rounds_replay_equals_the_event_replay(p, k, nbytes, rel):
+    """From p = 64 on, allreduce_time replays the hierarchical rounds from a sample of traced ranks (node and
+    local rank shifted together): the time of every rank traced and replayed event by event. With unequal blocks
+    (n not a multiple of p) a round's flows are shared as if they ended together: within 1% here."""
+    kw = {"ranks_per_node": k, "topology": "fattree", "leaf_size": 4}
+    rounds = collectives.allreduce_time("hierarchical", p, nbytes, "10gbe", engine="rounds", **kw)
+    events = collectives.allreduce_time("hierarchical", p, nbytes, "10gbe", engine="events", **kw)
+    assert rounds == pytest.approx(events, rel=rel)

@@ -25,9 +25,9 @@ must hold the same number of ranks (the blocks of step 2 must line up): anything
 With ``ranks_per_node`` the two sub-communicators are ``GroupComm`` views of one Dup of ``comm`` whose members each
 rank works out alone, with no message: that is what lets ``collectives.allreduce_time("hierarchical", ...)`` trace
 the schedule one rank at a time (a rank traced alone cannot learn the others' colours in a Split).
-The vector is padded with zeros to k ceil(n / k) elements (n = 10, k = 4: 12, blocks of 3), so that the ranks of
-step 2 pass blocks of one size; the padding is reduced and then dropped. One agreement check over all the ranks
-comes first (with ``check``); the steps run unchecked, so the traced schedule holds at most one check.
+The blocks are np.array_split's (n = 10, k = 4: 3, 3, 2, 2): the ranks of step 2 all hold block j, of one size.
+One agreement check over all the ranks comes first (with ``check``); the steps run unchecked, so the traced
+schedule holds at most one check.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ import numpy as np
 
 from collectives.agreement import agree
 from collectives.algorithms import ring
+from collectives.common import block_bounds
 from collectives.dispatch import allreduce
 from collectives.loc import wire
 
@@ -149,14 +150,10 @@ def free(local: Any, cross: Any) -> None:
 def _three_steps(comm: Any, local: Any, cross: Any, x: Any, op: Any, algorithm: str, check: bool) -> np.ndarray:
     shape = np.shape(x)
     flat, f = agree(comm, x, op, f"hierarchical-{algorithm}.allreduce", check=check)  # one check for all steps
-    k, n = local.Get_size(), flat.size
-    m = -(-n // k)  # every block padded to ceil(n / k): step 2's blocks line up on every rank
-    padded = np.zeros(k * m, flat.dtype)
-    padded[:n] = flat
-    b = [j * m for j in range(k + 1)]
-    acc = np.empty_like(padded)
-    ring.reduce_scatter_into(wire(local, acc.dtype), padded, acc, f, b)  # step 1: block j on local rank j
-    j = local.Get_rank()
+    k, j = local.Get_size(), local.Get_rank()
+    b = block_bounds(flat.size, k)  # block j: the same size on every rank of my cross communicator
+    acc = np.empty_like(flat)
+    ring.reduce_scatter_into(wire(local, acc.dtype), flat, acc, f, b)  # step 1: block j on local rank j
     acc[b[j] : b[j + 1]] = allreduce(cross, acc[b[j] : b[j + 1]], op, algorithm, check=False)  # step 2
     ring.allgather_into(wire(local, acc.dtype), acc, b)  # step 3
-    return acc[:n].reshape(shape)
+    return acc.reshape(shape)

@@ -140,7 +140,7 @@ def symmetric_schedule(
     drawn = np.random.default_rng(p).integers(1, p, samples).tolist() if p > 1 else []
     sample = sorted({1, p // 2, p - 1, *drawn} - {0}) if p > 1 else []
     traced = trace_rows(algorithm, p, nbytes, dtype=dtype, check=check, ranks=[0, *sample])
-    for relabel in (_shift, _xor):
+    for relabel in (_shift, _xor, *_node_shifts(algorithm, p)):
         if relabel is _xor and p & (p - 1):
             continue
         if all(_relabelled(traced[0], r, p, relabel) == rows for r, rows in zip(sample, traced[1:])):
@@ -195,6 +195,16 @@ def _shift(peer: Any, rank: Any, p: int) -> Any:
 
 def _xor(peer: Any, rank: Any, p: int) -> Any:
     return peer ^ rank
+
+
+def _node_shifts(algorithm: str, p: int) -> list[Callable]:
+    """For "hierarchical:K" (nodes of K ranks): the shift of node and local rank together, as rank r = (node,
+    local) meets its node's ranks and its local rank's peers on the other nodes as rank 0 = (0, 0) does its own."""
+    head, _, k = algorithm.partition(":")
+    if head != "hierarchical" or not k.isdigit() or p % int(k):
+        return []
+    K, N = int(k), p // int(k)
+    return [lambda peer, rank, p: ((peer // K + rank // K) % N) * K + (peer % K + rank % K) % K]
 
 
 def _relabelled(rows: list[Row], rank: int, p: int, relabel) -> list[Row]:
