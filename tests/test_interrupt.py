@@ -72,3 +72,11 @@ def test_a_second_ctrl_c_stops_at_once():
     )
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 130 and "second Ctrl-C; stopped at once, nothing saved" in proc.stderr, proc.stderr
+
+
+@pytest.mark.skipif(MPIEXEC is None, reason="needs mpiexec")
+def test_ctrl_c_stops_a_parameter_server_job_at_once(tmp_path):
+    command = [MPIEXEC, "-n", "3", *train("--parallel", "ps")]
+    code, out = interrupt(command, tmp_path, after="| lr ")
+    assert code == 130, out
+    assert "interrupted: a parameter server keeps no checkpoint; stopped at once" in out and "Traceback" not in out

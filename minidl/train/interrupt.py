@@ -58,8 +58,11 @@ class Watch:
             os._exit(EXIT_INTERRUPTED)  # no unwinding: another rank may be inside a collective
 
     def agreed(self, ctx: Any) -> bool:
-        """True on every rank when any rank got a Ctrl-C (collective over ``ctx``: call it at every step)."""
-        return bool(ctx.sum([float(self.count > 0)])[0] > 0) if ctx.size > 1 else self.count > 0
+        """True on every rank when any rank got a Ctrl-C (collective over ``ctx``: call it at every step). In
+        ``immediate`` mode (a parameter server, whose servers run no steps) there is nothing to agree on."""
+        if self.immediate or ctx.size == 1:
+            return self.count > 0
+        return bool(ctx.sum([float(self.count > 0)])[0] > 0)
 
     def close(self) -> None:
         if self.previous is not None:
