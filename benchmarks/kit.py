@@ -12,7 +12,9 @@ median (min-max) over the runs, CPU seconds (the process's, all rank threads tog
 shared machine), the property the kit named and each run's shrunk p and n. Matplotlib and the kit
 are imported by an untimed warm-up run. Entries of the catalogue that the kit misses (UNCAUGHT.md)
 are timed too: their time is that of all 105 examples passing. The hang (polls_wrong_peer) runs at
-the default 20 s timeout, which tests/test_kit_catalogue.py cuts to 1 s.
+the default 20 s timeout, which tests/test_kit_catalogue.py cuts to 1 s, and, as there, on float64
+only: on every dtype the kit's shrinking cycles between float64 and int64 (UNCAUGHT.md), about 23
+minutes of 20 s hangs.
 
 Target (issue 22): a correct allreduce passes in at most a minute on 2 cores.
 """
@@ -30,8 +32,6 @@ from harness import median_spread
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
-import hypothesis  # noqa: E402
-from hypothesis.errors import Flaky  # noqa: E402
 from kit_bugs import CATALOGUE, ring_bugs  # noqa: E402
 
 from collectives import ring  # noqa: E402
@@ -49,8 +49,6 @@ def one_run(fn: Any, collective: str, seed: int, **kwargs: Any) -> tuple[float, 
         what = f"passed {report.examples}"
     except PropertyFailure as failure:
         what = f"{failure.property} p={failure.case.p} n={failure.case.n}"
-    except Flaky:  # a race the kit does not turn into a PropertyFailure (UNCAUGHT.md)
-        what = "FlakyFailure -"
     return time.perf_counter() - t0, time.process_time() - c0, what
 
 
@@ -68,9 +66,7 @@ def main() -> None:
     args = parser.parse_args()
     print("\n".join(header_lines(machine_facts(None))))
     load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
-    print(
-        f"hypothesis {hypothesis.__version__}; load average {load}; {args.runs} runs per row, seeds 0..{args.runs - 1}"
-    )
+    print(f"load average {load}; {args.runs} runs per row, seeds 0..{args.runs - 1}")
     one_run(ring_bugs.send_then_recv, "allreduce", 0)  # warm-up: imports, the first diagram
     print(f"\n{'check':36} {'wall s med (min-max)':>18} {'CPU s':>8}  {'property':17} shrunk to, per run")
     seeds = range(args.runs)
