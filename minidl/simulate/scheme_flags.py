@@ -79,7 +79,7 @@ def schemes(args: argparse.Namespace, algorithms: list[str]) -> list[tuple[str, 
             out += [(algorithm, None) for algorithm in algorithms]  # step.py's step as it always was
             continue
         uses = algorithms if name in ("data", "local-sgd", "tensor") else algorithms[:1]
-        out += [(a, Scheme(name, a, **settings)) for a in uses]  # type: ignore[arg-type]
+        out += [(a, Scheme(name, a, **settings)) for a in uses]
     return out
 
 

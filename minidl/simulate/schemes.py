@@ -33,7 +33,7 @@ local-sgd, which do not wait (or wait once per H steps), what they win back.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -134,9 +134,6 @@ class Scheme:
             "tensor": self.algorithm,
         }[self.parallel]
         return f"{self.parallel} {extra}"
-
-    def with_(self, **changes: object) -> Scheme:
-        return replace(self, **changes)
 
 
 def bubble(stages: int, microbatches: int) -> float:
