@@ -271,7 +271,8 @@ def allreduce_time(
 ) -> float:
     """Virtual seconds of one allreduce of ``nbytes`` per rank on ``p`` ranks (the slowest rank's).
 
-    ``algorithm``: one of cost.ALGORITHMS, or "auto" (what choose_algorithm picks for ``params``).
+    ``algorithm``: one of cost.ALGORITHMS, "hierarchical" (algorithms/hierarchical.py, its nodes the
+    network's ``ranks_per_node``), or "auto" (see below).
     ``network``: "crossbar" (cost.py's model, no contention), a named link ("1gbe", "10gbe",
     "25gbe", "ib-fdr", "ib-edr", "ib-hdr", "omnipath100", "shm": network.LINKS) or a Network.
     ``params``: a cost.CostParams (default cost.get_params()): the model of "crossbar", and gamma
