@@ -28,6 +28,17 @@ class UsageError(Exception):
     """A mistake on the command line: printed as one line, no traceback; the program exits with status 2."""
 
 
+class UsageExit(SystemExit):
+    """Exit status 2 for a mistake that every rank finds alike (the same flags, the same data, or after the ranks
+    agreed), its one line printed once: ``dist.run`` lets it end the job as a finished one ends (every rank raises
+    it at the same point), with no abort and no traceback per rank."""
+
+    ends_together = True
+
+    def __init__(self) -> None:
+        super().__init__(2)
+
+
 def validate_or_exit(args: argparse.Namespace, check: Callable[..., None], prog: str) -> None:
     """``check(args, root=...)`` on every rank (``root``: the rank that writes and reads checkpoints) and, under
     mpiexec, the same flags on every rank. On a problem print one line, once, and exit with status 2."""

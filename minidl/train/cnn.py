@@ -84,6 +84,9 @@ class CNNTask(Task):
     def model(self) -> nn.Module:
         return nn.resnet(self.cfg.depth, len(self.classes), self.data.x_train.shape[1], self.cfg.width)
 
+    def size_flags(self) -> str:
+        return f"--depth {self.cfg.depth}, --width {self.cfg.width}"
+
     def optimizer(self, params: list) -> optim.Optimizer:
         return optim.SGD(params, lr=self.cfg.lr, momentum=self.cfg.momentum, weight_decay=self.cfg.weight_decay)
 

@@ -32,6 +32,7 @@ import minidl.nn.functional as F
 from minidl import optim
 from minidl.data.corpus_gen import generated_corpus
 from minidl.data.text import Corpus, batchify, bptt_batches, num_bptt_batches, read_ptb, read_text_file
+from minidl.distributed.usage import UsageExit, launch_rank, print_error
 from minidl.models.lm import PRESETS as ZAREMBA_PRESETS
 from minidl.models.lm import LMConfig, LSTMLanguageModel, Recurrent
 from minidl.train import cli
@@ -92,8 +93,13 @@ class LMTask(Task):
         return cfg.with_(vocab_size=len(load_corpus(args, preset).vocab))
 
     def prepare(self, shard: tuple[int, int]) -> int:
-        """This rank's streams of the training split; returns the windows per epoch."""
-        B, T = self.cfg.batch_size, self.cfg.num_steps
+        """This rank's streams of the training split; returns the windows per epoch. Streams more than a split
+        has words (``--batch-size``, ``--eval-batch-size``) are one line naming the flag, before any training."""
+        B, T, world = self.cfg.batch_size, self.cfg.num_steps, shard[1]
+        too_many_streams(self.corpus.train.size, B * world, "--batch-size", "the training split", world)
+        for split in ("valid", "test"):
+            too_many_streams(getattr(self.corpus, split).size, self.args.eval_batch_size * world,
+                             "--eval-batch-size", f"the {split} split", world)  # fmt: skip
         self.train = batchify(self.corpus.train, B, *shard)
         if num_bptt_batches(self.train.shape[0], T) == 0:
             n = self.corpus.train.size
@@ -101,6 +107,9 @@ class LMTask(Task):
                 f"the training split ({n} words) is too short for {shard[1] * B} streams of windows of {T} words"
             )
         return num_bptt_batches(self.train.shape[0], T)
+
+    def size_flags(self) -> str:
+        return f"--hidden-size {self.cfg.hidden_size}, --layers {self.cfg.num_layers}"
 
     def model(self) -> LSTMLanguageModel:
         c = self.cfg
@@ -220,6 +229,18 @@ class LMTask(Task):
     def restore_state(self, saved: dict[str, np.ndarray]) -> None:
         for k, u in enumerate(self.recurrent):
             u.restore(*((saved["h"][k], saved["c"][k]) if saved else ()))
+
+
+def too_many_streams(words: int, streams: int, flag: str, split: str, world: int) -> None:
+    """Exit 2 with one line (printed once: every rank finds the same) where ``split`` cannot be cut into ``streams``."""
+    if streams > words:
+        per_rank = f" x {world} ranks" if world > 1 else ""
+        if launch_rank() == 0:
+            print_error(
+                f"python -m minidl.train: error: {flag}: {streams // world} streams{per_rank} is more than {split} "
+                f"has words ({words})"
+            )
+        raise UsageExit()
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

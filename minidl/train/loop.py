@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from minidl.distributed import checkpoint_schedule
+from minidl.distributed.usage import UsageExit, print_error
 from minidl.optim.large_batch import large_batch_lr
 from minidl.progress import Progress, scalars
 from minidl.train.interrupt import Watch, stop
@@ -32,6 +33,10 @@ class Task:
     tally_width = 2  # numbers a batch adds to the progress sums (``tally``)
     history_keys: tuple[str, ...] = ()  # what the history keeps of each progress record
     batch_axis = 0  # the axis of a batch's arrays that runs over examples (the LM's: streams)
+
+    def size_flags(self) -> str:
+        """The flags that size the model, with their values (named when it does not fit in memory)."""
+        return "its flags"
 
     def chain(self, model: Any) -> list[tuple[str, Any]]:
         """The model's units, the ones every strategy runs (cut or whole); remembered for the task's own use."""
@@ -71,7 +76,7 @@ def fit(task: Any, strategy: Strategy, args: Any, preset: str) -> dict[str, Any]
     if args.resume:
         strategy.plan_resume(task)  # another rank count: the per-rank batch that keeps the global one
     spe = task.prepare(strategy.shard)  # this rank's share of the data: steps per epoch
-    model = task.model()
+    model = build_model(task, strategy)
     n_params = sum(p.data.size for p in model.parameters())
     strategy.build(task, model)
     epochs = task.cfg.epochs
@@ -106,6 +111,23 @@ def fit(task: Any, strategy: Strategy, args: Any, preset: str) -> dict[str, Any]
     record = {"kind": "eval", "split": "test", "step": pos.step, "epoch": pos.epoch, **scalars(scores, "test")}
     log.finish(result, record)
     return result
+
+
+def build_model(task: Any, strategy: Strategy) -> Any:
+    """``task.model()``; where it does not fit in memory (``--hidden-size 100000000``), one line naming the flags
+    that size it, and exit 2 on every rank: the ranks agree first (one sum), as a rank that failed alone would
+    leave the others waiting in their first collective."""
+    model, error = None, None
+    try:
+        model = task.model()
+    except MemoryError as e:
+        error = f"the model does not fit in memory ({e}): make it smaller ({task.size_flags()})"
+    if strategy.ctx.sum([error is not None])[0]:
+        if error is not None:
+            where = f"[rank {strategy.ctx.rank} of {strategy.ctx.size}] " if strategy.ctx.size > 1 else ""
+            print_error(f"{where}python -m minidl.train: error: {error}")
+        raise UsageExit()
+    return model
 
 
 def train_epochs(
