@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import os
 import re
 import shutil
 import sys
@@ -75,6 +76,7 @@ class Book:
         self.root, self.out, self.docs = root, out, out / "book"
         self.chapters = {p.stem: p for p in sorted((root / "tutorials").glob("[0-9][0-9]_*.py"))}
         self.code_pages: set[Path] = set()  # repository paths that need a code page
+        self.run_by: dict[Path, list[str]] = {}  # an algorithm page -> the chapters that run it (their stems)
 
     def page_of(self, repo_path: Path) -> Path | None:
         """The book page (relative to the book's root) for a repository file, or None if it has none."""
@@ -102,7 +104,7 @@ class Book:
         if page is None:
             return target
         start = self.page_of(here) or here
-        rel = _relative(_url(page), _url(start) / "x") + "/" if urls else _relative(page, start)
+        rel = _relative(_html(page) if urls else page, start)
         return rel + (f"#{anchor}" if anchor else "")
 
     def rewrite(self, text: str, here: Path, urls: bool = False) -> str:
@@ -134,9 +136,9 @@ def _normalize(posix: str) -> str:
     return "/".join(parts)
 
 
-def _url(page: Path) -> Path:
-    """The folder a page is served from: ``docs/cluster.md`` -> ``docs/cluster``, ``index.md`` -> ``.``."""
-    return page.parent if page.name == "index.md" else page.parent / page.name.rsplit(".", 1)[0]
+def _html(page: Path) -> Path:
+    """The file a page becomes (mkdocs.yml: use_directory_urls false): ``docs/cluster.md`` -> ``docs/cluster.html``."""
+    return page.parent / (page.name.rsplit(".", 1)[0] + ".html")
 
 
 def _relative(target: Path, start_page: Path) -> str:
@@ -162,16 +164,18 @@ def chapter_header(book: Book, script: Path, algorithms: dict[str, Path]) -> str
         f"Source: [tutorials/{script.name}]({_code_link(book, Path('tutorials') / script.name, here)})."
     ]
     used = sorted(set(_string_literals(source)) & set(algorithms))
+    for name in used:
+        book.run_by.setdefault(algorithms[name], []).append(script.stem)
     if used:
         links = ", ".join(f"[{name}]({_code_link(book, algorithms[name], here)})" for name in used)
         parts.append(f"The algorithm pages this lesson runs: {links}.")
-    return '!!! info "This chapter"\n    ' + "\n    ".join(parts)
+    return "> **This chapter.** " + " ".join(parts)  # nbconvert renders Markdown, not admonitions
 
 
 def _code_link(book: Book, repo_path: Path, here: Path) -> str:
     """The URL of ``repo_path``'s code page, relative to the chapter ``here`` (a book page)."""
     book.code_pages.add(repo_path)
-    return _relative(_url(Path("code") / f"{repo_path}.md"), _url(here) / "x") + "/"
+    return _relative(_html(Path("code") / f"{repo_path}.md"), here)
 
 
 def _string_literals(source: str) -> list[str]:
@@ -192,7 +196,7 @@ def add_chapter(book: Book, script: Path, algorithms: dict[str, Path]) -> str:
             cell["source"] = text
             heading = re.search(r"^# (.+)$", text, flags=re.M)
             if heading and title == script.stem:
-                title = heading.group(1).strip()
+                title = heading.group(1).split(":")[0].strip()  # the nav's title: "04 - Allreduce"
     header = {"cell_type": "markdown", "metadata": {}, "source": chapter_header(book, script, algorithms)}
     first_heading = next((i for i, c in enumerate(notebook["cells"]) if c["cell_type"] == "markdown"), -1)
     notebook["cells"].insert(first_heading + 1, header)
@@ -201,13 +205,17 @@ def add_chapter(book: Book, script: Path, algorithms: dict[str, Path]) -> str:
 
 
 def add_code_page(book: Book, repo_path: Path) -> None:
-    """A page showing one repository file, with a line saying where it lives."""
+    """A page showing one repository file: where it lives, the chapters that run it, then the file."""
     text = (book.root / repo_path).read_text()
-    lang = CODE_LANG[repo_path.suffix]
-    body = (
-        f"# {repo_path.as_posix()}\n\n`{repo_path.as_posix()}` in the repository, {len(text.splitlines())} lines.\n\n"
-    )
-    book.write(Path("code") / f"{repo_path}.md", body + f'```{lang} linenums="1"\n{text}\n```\n')
+    page = Path("code") / f"{repo_path}.md"
+    about = f"`{repo_path.as_posix()}` in the repository, {len(text.splitlines())} lines."
+    chapters = book.run_by.get(repo_path, [])
+    if chapters:
+        links = ", ".join(f"[{stem}]({_relative(Path('tutorials') / f'{stem}.ipynb', page)})" for stem in chapters)
+        about += f" Run in the chapters {links}."
+    fence = f'```{CODE_LANG[repo_path.suffix]} linenums="1"\n{text}\n```\n'
+    # no table of contents beside a code page: the code gets the width
+    book.write(page, f"---\nhide: [toc]\n---\n\n# {repo_path.as_posix()}\n\n{about}\n\n{fence}")
 
 
 def copy_mathjax(dest: Path) -> None:
@@ -235,10 +243,8 @@ def assemble(out: Path, root: Path = ROOT) -> Path:
     shutil.rmtree(book.docs, ignore_errors=True)
     book.write(Path("index.md"), book.rewrite((root / "README.md").read_text(), Path("README.md")))
     guide = []
-    pages = sorted(
-        (root / "docs").glob("*.md"),
-        key=lambda p: (p.name not in GUIDE, GUIDE.index(p.name) if p.name in GUIDE else 0, p.name),
-    )
+    order = {name: i for i, name in enumerate(GUIDE)}
+    pages = sorted((root / "docs").glob("*.md"), key=lambda p: (order.get(p.name, len(GUIDE)), p.name))
     for page in pages:
         text = page.read_text()
         book.write(Path("docs") / page.name, book.rewrite(text, Path("docs") / page.name))
@@ -249,22 +255,22 @@ def assemble(out: Path, root: Path = ROOT) -> Path:
     for repo_path in sorted(book.code_pages):
         add_code_page(book, repo_path)
     copy_mathjax(book.docs / "assets" / "mathjax")
+    shutil.copy(root / "docs" / "book.css", book.docs / "assets" / "book.css")
     nav_algorithms = [{name: f"code/{path}.md"} for name, path in algorithms.items()]
     nav = [{"Home": "index.md"}, {"Tutorials": chapters}, {"Guide": guide}, {"Algorithm pages": nav_algorithms}]
+    return write_config(out, root, nav)
+
+
+def write_config(out: Path, root: Path, nav: list) -> Path:
+    """``out/mkdocs.yml``: the repository's mkdocs.yml (INHERIT) with the book's folders and navigation."""
     config = out / "mkdocs.yml"
-    config.write_text(
-        "# generated by docs/book.py from the repository's mkdocs.yml; do not edit\n"
-        + json.dumps(
-            {
-                "INHERIT": _relative(Path("mkdocs.yml"), out.relative_to(root) / "x"),
-                "docs_dir": "book",
-                "site_dir": _relative(Path("site"), out.relative_to(root) / "x"),
-                "nav": nav,
-            },
-            indent=1,
-        )
-        + "\n"
-    )
+    settings = {
+        "INHERIT": os.path.relpath(root / "mkdocs.yml", out),
+        "docs_dir": "book",
+        "site_dir": os.path.relpath(root / "site", out),
+        "nav": nav,
+    }
+    config.write_text("# written by docs/book.py; JSON is YAML\n" + json.dumps(settings, indent=1) + "\n")
     return config
 
 

@@ -154,7 +154,9 @@ def check_page(page, base: str, name: str, shot: Path) -> list[Problem]:  # noqa
     """Open one page of the served site and report what is wrong with it; saves its screenshot."""
     seen: list[str] = []
     page.on("pageerror", lambda err: seen.append(f"JavaScript error: {err}"))
-    page.on("requestfailed", lambda req: seen.append(f"request failed: {req.url}"))
+    page.on(
+        "requestfailed", lambda req: None if req.url.startswith("about:") else seen.append(f"request failed: {req.url}")
+    )
     page.on(
         "request",
         lambda req: (
