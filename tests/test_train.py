@@ -278,7 +278,7 @@ def test_print_config_prints_the_preset_with_the_flags_and_trains_nothing(capsys
     settings = lm.main(["--quick", "--lr", "2.5", "--layers", "2", "--print-config"])
     printed = json.loads(capsys.readouterr().out)
     assert printed == json.loads(json.dumps(settings))
-    want = lm.PRESETS["quick"].with_(lr=2.5, num_layers=2).as_dict()
+    want = lm.PRESETS["quick"].with_(lr=2.5, num_layers=2, vocab_size=755).as_dict()  # the quick corpus's words
     assert printed["preset"] == "quick" and printed["config"] == want and "params" not in settings
     done = subprocess.run(
         [sys.executable, "-m", "minidl.train", "cnn", "--preset", "resnet20", "--depth", "14", "--print-config"],
