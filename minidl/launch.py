@@ -184,7 +184,8 @@ def attempt(command: list[str], ranks: int = 0) -> tuple[int, str]:
         threading.Thread(target=_pump, args=(stream, out, tail), daemon=True)
         for stream, out in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr))
     ]
-    threads.append(threading.Thread(target=_watch_ranks, args=(proc, ranks, pids), daemon=True))
+    ended: list[list[int]] = []  # the ranks' pids that ended, a group per look
+    threads.append(threading.Thread(target=_watch_ranks, args=(proc, ranks, pids, ended), daemon=True))
     for thread in threads:
         thread.start()
     with _signals_passed_to(proc) as got:
@@ -193,7 +194,8 @@ def attempt(command: list[str], ranks: int = 0) -> tuple[int, str]:
         thread.join()
     if got:
         raise Interrupted(got[0], code)
-    return code, last_error(tail, pids, code)
+    first = ended[0][0] if ended and len(ended[0]) == 1 else None  # the one rank that ended first, if one did
+    return code, last_error(tail, pids, code, first)
 
 
 def _pump(stream: IO[str], out: IO[str], tail: collections.deque[str]) -> None:
@@ -238,11 +240,28 @@ def _reap(proc: subprocess.Popen, got: list[int]) -> int:
                     os.killpg(proc.pid, signal.SIGKILL)
 
 
-def _watch_ranks(proc: subprocess.Popen, ranks: int, pids: dict[int, int]) -> None:
-    """Fill ``pids`` (pid -> MPI rank) with the job's ranks while it runs, until all ``ranks`` are seen."""
-    while proc.poll() is None and len(set(pids.values())) < ranks:
-        pids.update(rank_pids(proc.pid))
-        time.sleep(0.25)
+def _watch_ranks(proc: subprocess.Popen, ranks: int, pids: dict[int, int], ended: list[list[int]]) -> None:
+    """Fill ``pids`` (pid -> MPI rank) with the job's ranks while it runs, until all ``ranks`` are seen (or for a
+    minute: ranks on other nodes, under srun, are not this machine's processes); and list in ``ended`` the pids
+    that end, a group per look (mpiexec's report may name a rank it killed itself after the one that died)."""
+    until, done = time.monotonic() + 60, set()
+    while proc.poll() is None:
+        if len(set(pids.values())) < ranks and time.monotonic() < until:
+            pids.update(rank_pids(proc.pid))
+        now = [pid for pid in pids if pid not in done and not _running(pid)]
+        if now:
+            ended.append(now)
+            done.update(now)
+        time.sleep(0.02)  # mpiexec ends the other ranks within milliseconds of the first death
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` is alive (not ended, nor a zombie waiting for its parent)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
 
 
 def rank_pids(root: int) -> dict[int, int]:
@@ -273,14 +292,17 @@ def rank_pids(root: int) -> dict[int, int]:
     return found
 
 
-def last_error(lines: Sequence[str], pids: dict[int, int] | None = None, code: int = 1) -> str:
+def last_error(
+    lines: Sequence[str], pids: dict[int, int] | None = None, code: int = 1, first: int | None = None
+) -> str:
     """The most telling line of a failed attempt: a rank killed by a signal (from mpiexec's report of a bad
-    termination, the rank found by its pid), else the exception or the dead rank's line, else the last line."""
+    termination, the rank found by its pid, or by the pid ``first`` seen to end, alone, before any other), else
+    the exception or the dead rank's line, else the last line."""
     text = "\n".join(lines)
     dead, signalled = BAD_TERMINATION.search(text), SIGNALLED.search(text)
     who = None
     if dead:
-        pid = int(dead.group(1))
+        pid = first if first is not None and pids and first in pids else int(dead.group(1))
         who = f"rank {pids[pid]}" if pids and pid in pids else f"a rank (pid {pid} on {dead.group(2)})"
     if who and signalled:
         return f"{who} killed by signal {signalled.group(1)} ({signal_name(int(signalled.group(1)))})"
