@@ -143,14 +143,7 @@ def run(
         x = np.random.default_rng([count, rank]).integers(-8, 8, count).astype(dtype)
         reps, number = repeats or default_repeats(nbytes), calls_per_timing(nbytes)
 
-        def mpi_call(x=x):
-            out = np.empty_like(x)
-            comm.Allreduce(x, out, op=MPI.SUM)
-            return out
-
-        calls: dict[str, Any] = {"mpi": mpi_call}
-        for name in algorithms:
-            calls[name] = lambda name=name, x=x: collectives.allreduce(comm, x, algorithm=name, check=check)
+        calls = _calls(comm, x, algorithms, check)
         times, paired, results = time_calls(comm, calls, reps, number, budget)
         reps = budget.repeats_done if budget is not None else reps
         for name in calls:
@@ -183,6 +176,21 @@ def run(
             if rank == 0 and echo:
                 print(format_row(rows[-1]), flush=True)
     return rows
+
+
+def _calls(comm, x: np.ndarray, algorithms: list[str], check: bool) -> dict[str, Any]:
+    """The calls timed at one size: MPI's own Allreduce into a new array (the yardstick), then each algorithm."""
+    from mpi4py import MPI
+
+    def mpi_call():
+        out = np.empty_like(x)
+        comm.Allreduce(x, out, op=MPI.SUM)
+        return out
+
+    calls: dict[str, Any] = {"mpi": mpi_call}
+    for name in algorithms:
+        calls[name] = lambda name=name: collectives.allreduce(comm, x, algorithm=name, check=check)
+    return calls
 
 
 HEADER = (
