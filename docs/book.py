@@ -6,7 +6,9 @@ The book is made of what the repository already holds, so nothing is written twi
 - each executed tutorial notebook (``tutorials/notebooks/NN_topic.ipynb``, from ``make notebooks``)
   is a chapter, with a header naming its command, its source and the algorithm pages it runs;
 - every source file a page names (a Markdown link or a backticked path such as ``collectives/algorithms/ring.py``)
-  gets a code page, and so does every algorithm page of ``collectives``.
+  gets a code page, and so does every algorithm page of ``collectives``, which names the chapters that
+  run it;
+- MathJax (the chapters' LaTeX) is copied from the jupyter-server-mathjax package: the book needs no CDN.
 
 Links are rewritten on the way, so a page reads the same on GitHub and in the book: a link to a
 ``.py`` file (or a backticked path) goes to its code page, a link to a tutorial's script to its chapter,
@@ -95,12 +97,13 @@ class Book:
         """Rewrite one link target written on the repository page ``here`` (a repository path).
 
         Markdown pages link to pages (``../code/collectives/algorithms/ring.py.md``: mkdocs turns that into a URL);
-        notebooks (``urls=True``) must link to the URL itself, since their Markdown is rendered by nbconvert.
+        notebooks (``urls=True``) link to the page's file (``../code/.../ring.py.html``, mkdocs.yml's
+        ``use_directory_urls: false``), since nbconvert renders their Markdown and resolves nothing.
         """
         if re.match(r"^[a-z]+:|^#|^/", target):
             return target
         path, _, anchor = target.partition("#")
-        page = self.page_of(Path(_normalize((here.parent / path).as_posix())))
+        page = self.page_of(Path(os.path.normpath(here.parent / path)))
         if page is None:
             return target
         start = self.page_of(here) or here
@@ -123,17 +126,6 @@ class Book:
         dest = self.docs / page
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_text(text)
-
-
-def _normalize(posix: str) -> str:
-    parts: list[str] = []
-    for part in posix.split("/"):
-        if part == "..":
-            if parts:
-                parts.pop()
-        elif part not in ("", "."):
-            parts.append(part)
-    return "/".join(parts)
 
 
 def _html(page: Path) -> Path:
