@@ -261,7 +261,10 @@ class _World:
             if self.finished[rank]:
                 state = "finished"
             elif self.waiting[rank] is None:
+                unmatched = [r for r in self.posted[rank]] + [s for q in self.unexpected for s in q if s.owner == rank]
                 state = "running (not blocked in a communication call)"
+                if unmatched:  # a rank polling with Test: what it polls for
+                    state += "; pending: " + "; ".join(r.describe() for r in unmatched[:4])
             else:
                 pending = [r.describe() for r in self.waiting[rank] or () if not r.done]
                 state = "blocked in " + "; ".join(pending)

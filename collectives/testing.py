@@ -126,7 +126,7 @@ def check(
         count += 1
         outcome = run(case)
         if not outcome.ok:
-            raise _shrunk(fn, outcome, run, domain, diagram, f"search seed {seed}, case {count}")
+            raise _shrunk(fn, outcome, run, domain, diagram, f"search seed {seed}, case {count}", timeout)
     return Report(collective, count, time.perf_counter() - start)
 
 
@@ -137,21 +137,23 @@ def _shrunk(
     domain: Domain,
     diagram: str | None,
     found: str,
+    timeout: float,
 ) -> PropertyFailure:
     """The report of the smallest failing case shrunk from ``outcome``'s."""
-    last = [outcome]
+    last, broken = [outcome], outcome.failures[0][0]
 
-    def fails(case: Case) -> bool:
+    def fails(case: Case) -> bool:  # the same failure: the property that broke first still breaks
         tried = run(case)
-        if not tried.ok:
+        if broken in (prop for prop, _ in tried.failures):
             last.append(tried)
-        return not tried.ok
+            return True
+        return False
 
     small = shrink(outcome.case, fails, domain)
     notes = [f"found at {found} ({outcome.case}), then shrunk"]
     if run(small).ok:
         notes.append(RACE)
-    return describe_failure(fn, last[-1], diagram, notes)
+    return describe_failure(fn, last[-1], diagram, notes, timeout=min(timeout, 10.0))
 
 
 def _property(collective: str) -> Callable[..., Report]:

@@ -16,7 +16,7 @@ from kit_bugs import CATALOGUE, Bug, ring_bugs
 
 from collectives import exchange, naive, prefix, rabenseifner, recursive_doubling, ring, tree
 from collectives.kit.search import Domain, shrink
-from collectives.testing import DTYPES, PROPERTIES, Case, PropertyFailure, check
+from collectives.testing import PROPERTIES, Case, PropertyFailure, check
 
 BUG_EXAMPLES = 100  # the kit's default: most bugs fall on its first (edge) cases, the rest within a few dozen
 PAGE_EXAMPLES = 5  # per correct page, after the kit's 5 edge cases (p = 1..3, n = 0..3): 10 cases, each run twice
@@ -58,9 +58,6 @@ def test_catalogue_is_whole() -> None:
     assert len({bug.name for bug in CATALOGUE}) == len(CATALOGUE)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="search.smaller offers float64 and int64 in turn as the plainer dtype (UNCAUGHT.md)"
-)
 def test_shrinking_a_case_that_fails_for_every_dtype_stops() -> None:
     """A bug that fails for p >= 3 whatever the dtype (a hang, say): shrinking from the edge case (3, 2)
     reaches p = 3, n = 0 in a few re-runs, not the search's limit of 200 (each re-run of a hang costs the
@@ -76,7 +73,6 @@ def test_shrinking_a_case_that_fails_for_every_dtype_stops() -> None:
     assert len(tries) <= 40, f"{len(tries)} re-runs, dtypes tried in turn: {[c.dtype for c in tries[-6:]]}"
 
 
-@pytest.mark.xfail(strict=True, reason="a smaller p maps the root by modulo, and only root 0 is tried (UNCAUGHT.md)")
 def test_shrinking_keeps_a_root_that_fails() -> None:
     """A bug for every root but 0 (root_bugs.reduce_root_zero_only), found at p = 7, root = 6, shrinks to
     p = 2, root = 1; the search's seed 1 draws that case (reported at p = 7)."""
@@ -85,21 +81,6 @@ def test_shrinking_keeps_a_root_that_fails() -> None:
 
 
 # -- every correct page passes ---------------------------------------------------------------------------
-_SCATTER_DTYPES = [np.dtype(d) for d in DTYPES if not d.startswith("pair:")]
-
-
-def scatterv_page(comm: Any, x: np.ndarray | None, b: list[int], root: int) -> np.ndarray:
-    """naive.scatterv with the kit's signature. Off the root the kit gives no x, so those ranks learn
-    the dtype first: the root broadcasts its index among the kit's dtypes down the binomial tree."""
-    rank, code = comm.Get_rank(), np.zeros(1, np.int64)
-    if rank == root:
-        code[0] = _SCATTER_DTYPES.index(x.dtype)
-    tree.broadcast_into(comm, code, root)
-    out = np.empty(b[rank + 1] - b[rank], _SCATTER_DTYPES[int(code[0])])
-    naive.scatterv(comm, x, out, b, root)
-    return out
-
-
 def bruck_alltoall(comm: Any, x: np.ndarray) -> np.ndarray:
     """exchange.bruck with the kit's alltoall signature (it takes the block length m)."""
     return exchange.bruck(comm, x, x.size // comm.Get_size())
@@ -127,7 +108,7 @@ PAGES = [
     (bruck_alltoall, "alltoall", {}),
     (prefix.scan, "scan", {}),
     (exscan_page, "exscan", {}),
-    (scatterv_page, "scatterv", {}),
+    (naive.scatterv, "scatterv", {}),
 ]
 
 

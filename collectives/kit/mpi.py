@@ -9,6 +9,7 @@ The same cases and properties as in-process, with three differences that MPI imp
   schedule that relies on MPI buffering short messages hangs here at every size; a watchdog on
   each rank ends a case that runs past ``--timeout``, printing the call that rank is blocked in,
   and aborts the job (exit status 1 from every rank's line, never a silent hang).
+The repeatable property (a second call on the same communicator) is checked in-process only.
 After every case the ranks agree on the verdict with MPI's own Allreduce; the report is gathered
 to rank 0 as bytes. MPI's own collective (``MPI_Allreduce``, ...) is run on the same inputs and held
 to the same reference, so a disagreement between the kit and the MPI library would show too.

@@ -35,7 +35,11 @@ class PropertyFailure(AssertionError):
 
 
 def describe_failure(
-    fn: Callable[..., Any], outcome: Outcome, diagram: str | None = None, notes: Sequence[str] = ()
+    fn: Callable[..., Any],
+    outcome: Outcome,
+    diagram: str | None = None,
+    notes: Sequence[str] = (),
+    timeout: float = 10.0,
 ) -> PropertyFailure:
     """The PropertyFailure of a failed Outcome, with its report (and the diagram drawn where asked)."""
     case = outcome.case
@@ -48,7 +52,7 @@ def describe_failure(
     lines.append("properties: " + ", ".join(f"{p} {'FAILED' if p in broken else 'ok'}" for p in outcome.checked))
     lines += _inputs(outcome) + _answers(outcome)
     lines += ["messages, step by step (the same function on traceable int64 values, p and n as above):"]
-    table, traced = step_table(fn, case)
+    table, traced = step_table(fn, case, timeout)
     lines += ["  " + row for row in table]
     path = _diagram(traced or outcome, diagram, outcome.first_wrong)
     if path:
@@ -130,12 +134,12 @@ def describe(data: bytes | None) -> str:
     return ", ".join(parts) + (f", ... ({len(runs)} runs)" if len(runs) > 4 else "")
 
 
-def step_table(fn: Callable[..., Any], case: Case) -> tuple[list[str], Outcome | None]:
+def step_table(fn: Callable[..., Any], case: Case, timeout: float = 10.0) -> tuple[list[str], Outcome | None]:
     """One row per logical step, every message sent then as 'source->dest contents'; and the traced run."""
     if case.p > TRACE_BITS - 8:
         return [f"(not tabulated: traceable values need p <= {TRACE_BITS - 8})"], None
     traced = case.with_(dtype="int64", op="sum" if case.op else None, values="traceable", layout="world")
-    outcome = run_case(fn, traced, timeout=10.0, record_data=True)
+    outcome = run_case(fn, traced, timeout=timeout, record_data=True)
     rows: dict[int, list[str]] = {}
     for m in outcome.messages:
         rows.setdefault(m.step, []).append(f"{m.source}->{m.dest} {describe(m.data)}")

@@ -113,9 +113,9 @@ def run_case(
     except Exception as exc:  # noqa: BLE001  (the user's code may raise anything; it is the finding)
         out.failures.append(("completes", _raised(exc)))
     else:
-        out.results, out.messages = [first for first, _, _ in res], res.messages[: first_call[0]]
-        _check(out, arrays, members, cost)
-        _repeatable(out, [(kept, second) for _, kept, second in res], expected2)
+        out.results, out.messages = [kept for _, kept, _ in res], res.messages[: first_call[0]]
+        _check(out, arrays, members, cost, live=[first for first, _, _ in res])
+        _repeatable(out, [(first, second) for first, _, second in res], expected2)
         out.checked += list(PROPERTIES[1:4])  # shape-dtype, inputs-untouched, result
         out.checked += ["same-bits"] * spec.same_bits + ["repeatable"]
         out.checked += ["cost"] * (cost is not None and case.layout == "world")
@@ -143,7 +143,7 @@ def _expected(case: Case, members: list[list[int]], inputs: list[Arrays]) -> lis
 
 def _repeatable(out: Outcome, calls: list[tuple[Any, Any]], expected2: list[Expected | None]) -> None:
     """The first call's results keep their bits through a second call, which is right too."""
-    for w, ((kept, second), first) in enumerate(zip(calls, out.results)):
+    for w, ((first, second), kept) in enumerate(zip(calls, out.results)):
         if isinstance(kept, np.ndarray) and isinstance(first, np.ndarray) and kept.tobytes() != first.tobytes():
             out.failures.append(
                 (
@@ -180,8 +180,15 @@ def _raised(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc} {notes}{where}".strip()
 
 
-def _check(out: Outcome, arrays: list[Arrays], members: list[list[int]], cost: Cost | None) -> None:
-    """The properties after a run that completed, in the order PROPERTIES lists them."""
+def _check(
+    out: Outcome, arrays: list[Arrays], members: list[list[int]], cost: Cost | None, live: list[Any] | None = None
+) -> None:
+    """The properties after a run that completed, in the order PROPERTIES lists them.
+
+    ``out.results`` are copies taken as the first call returned; ``live`` the very objects it returned
+    (default: the results themselves), which must not be views of the caller's arrays.
+    """
+    live = out.results if live is None else live
     case, spec = out.case, COLLECTIVES[out.case.collective]
     shape_errors, touched, wrong_ranks = [], [], []
     for group in members:
@@ -192,7 +199,7 @@ def _check(out: Outcome, arrays: list[Arrays], members: list[list[int]], cost: C
                 after = arrays[w][name]
                 if name not in written and isinstance(before, np.ndarray) and before.tobytes() != after.tobytes():
                     touched.append(f"rank {w}'s {name} was modified")
-                if name not in written and _aliases(got, after):
+                if name not in written and _aliases(live[w], after):
                     touched.append(f"rank {w}'s result is a view of its {name} (writing one changes the other)")
             if want is None:
                 continue

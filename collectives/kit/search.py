@@ -26,6 +26,7 @@ from collectives.kit.cases import DTYPES, LARGE, LAYOUTS, OP_KINDS, Case, _st, o
 from collectives.kit.spec import COLLECTIVES
 
 SEARCH_LIMIT = 200  # cases tried while shrinking, at most
+PLAIN_DTYPES = ["float64", "int64"]  # the dtypes a shrunk case prefers, plainest first
 
 
 @dataclass(frozen=True)
@@ -97,8 +98,9 @@ def smaller(case: Case, domain: Domain, shrink_p: bool = True) -> Iterator[Case]
     """Simpler neighbours of a case, simplest first: one field changed each."""
     if shrink_p:
         for p in sorted({1, 2, 3, case.p // 2, case.p - 1}):
-            if 1 <= p < case.p:
-                yield case.with_(p=p, root=case.root % p)
+            if 1 <= p < case.p:  # a root other than 0 may matter: keep one where the smaller p allows
+                for root in sorted({case.root % p, min(case.root, p - 1), min(case.root, 1, p - 1)}):
+                    yield case.with_(p=p, root=root)
     if case.layout != "world" and "world" in domain.layouts:
         yield case.with_(layout="world")
     for n in sorted({0, 1, 2, 3, case.p - 1, case.p + 1, case.n // 2, case.n - 1}):
@@ -111,13 +113,18 @@ def smaller(case: Case, domain: Domain, shrink_p: bool = True) -> Iterator[Case]
     plain_ops = [o for o in ("sum", "max") if o in ops_for(case.dtype, domain.ops)]
     if case.op is not None and plain_ops and case.op not in plain_ops:
         yield case.with_(op=plain_ops[0])
-    for dtype in ("float64", "int64"):
-        if dtype != case.dtype and dtype in domain.dtypes and (case.op is None or case.op in ops_for(dtype)):
-            yield case.with_(dtype=dtype, values="uniform")
+    plain = [d for d in PLAIN_DTYPES if d in domain.dtypes and (case.op is None or case.op in ops_for(d))]
+    for dtype in plain[: plain.index(case.dtype)] if case.dtype in plain else plain:  # only toward the front
+        yield case.with_(dtype=dtype, values="uniform")
 
 
 def shrink(case: Case, fails: Callable[[Case], bool], domain: Domain, shrink_p: bool = True) -> Case:
-    """The smallest case reached from ``case`` by simpler neighbours that still fail."""
+    """The smallest case reached from ``case`` by simpler neighbours that still fail.
+
+    ``fails`` decides what counts as the same failure (``check``: the same first property broken).
+    Every step makes the case strictly simpler (fewer ranks, fewer elements, or a field moved toward
+    its plain value), so the search ends; SEARCH_LIMIT bounds it on a slow function.
+    """
     tried = 0
     improved = True
     while improved and tried < SEARCH_LIMIT:

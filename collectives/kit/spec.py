@@ -17,8 +17,9 @@ called as ``f(a, b, out=c)``; ``b`` are block offsets, block r being elements b[
     allgatherv       (comm, x, b)            every rank's x end to end (rank i's has b[i+1]-b[i])
     gather           (comm, x, root)         every rank's x end to end on the root; None elsewhere
     gatherv          (comm, x, b, root)      likewise, rank i's x of b[i+1]-b[i] elements
-    scatter          (comm, x, root)         block r of the root's x (p blocks of n); x is None off the root
-    scatterv         (comm, x, b, root)      elements b[r]:b[r+1] of the root's x
+    scatter          (comm, x, out, root)    None: out (n elements) holds block r of the root's x (p blocks
+                                             of n); x is None off the root (out says the size and dtype)
+    scatterv         (comm, x, out, b, root) None: out holds elements b[r]:b[r+1] of the root's x
     alltoall         (comm, x)               x is p blocks of n, block j for rank j; returns block j from rank j
     alltoallv        (comm, x, sb, rb)       x[sb[j]:sb[j+1]] to rank j; rank j's lands at rb[j]:rb[j+1]
     scan             (comm, x, f)            f over ranks 0..r
@@ -172,11 +173,21 @@ def _allgather(fn: Any, comm: Any, a: Arrays, case: Case, q: int, r: int, f: Any
 
 
 def _scatter_make(case: Case, q: int, r: int, w: int) -> Arrays:
-    return {"x": data(case, w, q * case.n) if r == case.root % q else None}
+    x = data(case, w, q * case.n) if r == case.root % q else None
+    return {"x": x, "out": data(case, w, case.n, salt=1)}  # out: garbage, to be overwritten
 
 
 def _scatterv_make(case: Case, q: int, r: int, w: int) -> Arrays:
-    return {"x": data(case, w, sum(counts(case, q))) if r == case.root % q else None}
+    x = data(case, w, sum(counts(case, q))) if r == case.root % q else None
+    return {"x": x, "out": data(case, w, counts(case, q)[r], salt=1)}
+
+
+def _scatter(fn: Any, comm: Any, a: Arrays, case: Case, q: int, r: int, f: Any) -> Any:
+    if case.collective == "scatterv":
+        fn(comm, a["x"], a["out"], bounds_of(counts(case, q)), case.root % q)
+    else:
+        fn(comm, a["x"], a["out"], case.root % q)
+    return a["out"]
 
 
 def _alltoallv_make(case: Case, q: int, r: int, w: int) -> Arrays:
@@ -259,15 +270,14 @@ def _table() -> dict[str, Collective]:
             lambda c, xs, r: _on_root(c, xs, r, lambda: concat(xs)), rooted=True,
         ),
         Collective(
-            "scatter", "fn(comm, x, root)", _scatter_make,
-            lambda fn, comm, a, c, q, r, f: fn(comm, a["x"], c.root % q),
+            "scatter", "fn(comm, x, out, root)", _scatter_make, _scatter,
             lambda c, xs, r: Expected(xs[_root(c, xs)]["x"][r * c.n : (r + 1) * c.n]), rooted=True,
+            outputs=lambda c, r: ("out",),
         ),
         Collective(
-            "scatterv", "fn(comm, x, b, root)", _scatterv_make,
-            lambda fn, comm, a, c, q, r, f: fn(comm, a["x"], bounds_of(counts(c, q)), c.root % q),
+            "scatterv", "fn(comm, x, out, b, root)", _scatterv_make, _scatter,
             lambda c, xs, r: sliced(Expected(xs[_root(c, xs)]["x"]), bounds_of(counts(c, len(xs))), r),
-            rooted=True,
+            rooted=True, outputs=lambda c, r: ("out",),
         ),
         Collective(
             "alltoall", "fn(comm, x)", lambda c, q, r, w: {"x": data(c, w, q * c.n)},
