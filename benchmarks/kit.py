@@ -12,9 +12,7 @@ median (min-max) over the runs, CPU seconds (the process's, all rank threads tog
 shared machine), the property the kit named and each run's shrunk p and n. Matplotlib and the kit
 are imported by an untimed warm-up run. Entries of the catalogue that the kit misses (UNCAUGHT.md)
 are timed too: their time is that of all 105 examples passing. The hang (polls_wrong_peer) runs at
-the default 20 s timeout, which tests/test_kit_catalogue.py cuts to 1 s, and, as there, on float64
-only: on every dtype the kit's shrinking cycles between float64 and int64 (UNCAUGHT.md), about 23
-minutes of 20 s hangs.
+the default 20 s timeout, which tests/test_kit_catalogue.py cuts to 1 s.
 
 Target (issue 22): a correct allreduce passes in at most a minute on 2 cores.
 """
