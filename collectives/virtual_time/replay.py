@@ -304,14 +304,32 @@ def _named_time(algorithm, p, nbytes, network, params, dtype, check, engine, opt
     return _time(algorithm, p, nbytes, network, params, dtype, check, engine, dict(options))
 
 
+def _fastest(p, nbytes, network, params, dtype, check, engine, options) -> float:
+    """The least simulated time of cost.ALGORITHMS, cheapest bound first; an algorithm whose lower bound (half
+    cost.predict on the network's fastest link: contention only adds) is above the best found is not simulated."""
+    from collectives.cost import ALGORITHMS, predict
+
+    net = get_network(network, params, **options)
+    links = [getattr(net, "link", None), getattr(net, "intra", None)]
+    fastest = [link for link in links if link is not None]
+    c = net.params
+    if fastest:
+        c = CostParams(min(link.alpha for link in fastest), min(link.beta for link in fastest), c.gamma)
+    bounds = sorted((0.5 * predict(a, p, nbytes, c), a) for a in ALGORITHMS)
+    best = np.inf
+    for bound, algorithm in bounds:
+        if bound < best:
+            best = min(best, _time(algorithm, p, nbytes, network, params, dtype, check, engine, options))
+    return float(best)
+
+
 def _time(algorithm, p, nbytes, network, params, dtype, check, engine, options) -> float:
     """allreduce_time after its arguments are checked (see there)."""
-    from collectives.cost import ALGORITHMS
 
     if engine not in ("auto", "events", "rounds", "formula"):
         raise ValueError(f"allreduce_time: unknown engine {engine!r}: expected auto, events, rounds or formula")
     if algorithm == "auto":  # the fastest on this network, as simulated (the topology and contention included)
-        return min(_time(a, p, nbytes, network, params, dtype, check, engine, options) for a in ALGORITHMS)
+        return _fastest(p, nbytes, network, params, dtype, check, engine, options)
     if algorithm == "hierarchical":  # hierarchical.py's nodes are the network's (ranks_per_node, default 1)
         algorithm = f"hierarchical:{int(options.get('ranks_per_node', 1))}"
     net = get_network(network, params, **options)

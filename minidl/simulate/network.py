@@ -5,8 +5,9 @@
 virtual time on a network model (named links with their sources, topologies, nodes of several ranks,
 max-min fair contention; ``crossbar`` is cost.py's closed form exactly). Results are cached.
 
-"auto" here is the algorithm the simulation finds fastest for this size and network (``collectives``'
-own "auto" is the cost model's choice, which ignores the topology). "hierarchical" is
+"auto" here is the algorithm the simulation finds fastest for this size and network, as
+``collectives.allreduce_time("auto", ...)`` finds it (what a real run's "auto" picks is
+``collectives.auto.choose_algorithm``: the cost model, with the routes' link latency when given). "hierarchical" is
 collectives/algorithms/hierarchical.py on nodes of ``ranks_per_node`` ranks (the simulated cluster's nodes).
 """
 
@@ -39,7 +40,7 @@ def allreduce_time(
         return 0.0
     given = tuple(sorted((k, v) for k, v in options.items() if v is not None))
     if algorithm == "auto":
-        return min(_cached(a, p, _float32s(nbytes), network, params, given) for a in cost.ALGORITHMS)
+        return _cached("auto", p, _float32s(nbytes), network, params, given)  # collectives' simulated minimum
     return _cached(algorithm, p, _float32s(nbytes), network, params, given)
 
 
