@@ -18,7 +18,7 @@ MPIEXEC := $(BIN)/mpiexec
 # A hung MPI job must not hang CI: each mpiexec run has a wall-clock limit.
 MPI_TIMEOUT ?= 900
 
-.PHONY: install test test-serial test-mpi tutorials notebooks demo bench lint torch test-openmpi clean docs docs-check
+.PHONY: install test test-serial test-mpi tutorials notebooks demo bench lint torch test-openmpi clean docs docs-check docs-install
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -69,6 +69,8 @@ NOTEBOOKS := $(patsubst tutorials/%.py,tutorials/notebooks/%.ipynb,$(wildcard tu
 $(DOCS_STAMP): $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[docs]'
 	touch $(DOCS_STAMP)
+
+docs-install: $(DOCS_STAMP)
 
 tutorials/notebooks/%.ipynb: tutorials/%.py | $(STAMP)
 	MINIDL_QUICK=1 $(BIN)/python tutorials/run_notebooks.py $*
