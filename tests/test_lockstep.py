@@ -122,3 +122,19 @@ def test_the_step_agreement_is_the_barrier_that_measure_wait_times():
 
 def test_a_step_mismatch_error_is_a_mismatch_error():
     assert issubclass(StepMismatchError, collectives.MismatchError)
+
+
+@pytest.mark.parametrize("wrapper", ["zero", "local-sgd"])
+def test_zero_and_local_sgd_ranks_at_different_steps_fail_every_rank(wrapper):
+    """ZeroOptimizer and LocalSGD agree on the step too: one rank stopping early, under dist.run, is named."""
+
+    def main(comm):
+        dist.init(comm, timeout=0)
+        minidl.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 6), nn.Linear(6, 2))
+        sgd = optim.SGD(model.parameters(), lr=0.1)
+        opt = dist.ZeroOptimizer(sgd, comm=comm) if wrapper == "zero" else dist.LocalSGD(sgd, 1, comm=comm)
+        train(model, opt, 3 + comm.Get_rank())
+
+    results = on_every_rank(2, lambda comm: dist.run(main, comm))
+    assert_every_rank_names(results, "ranks [0]: end of run (3 steps done)", "ranks [1]: optimizer step 4")

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from minidl.distributed import lockstep
 from minidl.distributed.comm import get_comm
 from minidl.distributed.data_parallel.allreduce import ALGORITHMS, allreduce, check_algorithm
 from minidl.distributed.fingerprint import check_layout, optimizer_rows, parameter_rows
@@ -95,6 +96,13 @@ class LocalSGD:
         self.averages = 0
         self.comm_seconds = 0.0
         self._check_ranks_agree(named_parameters)
+        if self.comm.Get_size() > 1:
+            lockstep.track(self.comm, self)  # the end of the run is agreed on, as DistributedOptimizer's
+
+    @property
+    def updates(self) -> int:
+        """Local steps taken (lockstep.py's count)."""
+        return self.steps
 
     def _check_ranks_agree(self, named_parameters: Any) -> None:
         """Same model layout, optimizer (class, hyperparameters), average_every and algorithm on every rank,
@@ -129,6 +137,8 @@ class LocalSGD:
     def average(self) -> None:
         """Average the parameters over the ranks now (call it after the last step of a run)."""
         start = time.perf_counter()
+        if self.comm.Get_size() > 1:  # the averaging of step k meets the others' averaging of step k, or raises
+            lockstep.agree_on_step(self.comm, self.steps - 1)
         with activity("LocalSGD.average", step=self.steps):
             average_parameters([p for g in self.optimizer.param_groups for p in g["params"]], self.comm, self.algorithm)
         self.comm_seconds += time.perf_counter() - start

@@ -50,6 +50,7 @@ import numpy as np
 import collectives
 from collectives.algorithms import ring
 from collectives.common import block_bounds
+from minidl.distributed import lockstep
 from minidl.distributed.comm import get_comm
 from minidl.distributed.data_parallel.fusion import Bucket, pack, plan_buckets
 from minidl.distributed.data_parallel.timing import StepTimings
@@ -96,6 +97,9 @@ class ZeroOptimizer:
         # forward, then presence flags), so that the reduce-scatter adds each element as its allreduce does.
         (self.bucket,) = plan_buckets(reversed(self.params), fusion_bytes=2**62)
         rank, size = self.comm.Get_rank(), self.comm.Get_size()
+        self.updates = 0  # optimizer steps taken, agreed on with every rank before each exchange (lockstep.py)
+        if size > 1:
+            lockstep.track(self.comm, self)
         self.bounds = block_bounds(self.bucket.length, size)
         self.lo, self.hi = self.bounds[rank], min(self.bounds[rank + 1], self.bucket.numel)
         self.hi = max(self.hi, self.lo)
@@ -139,6 +143,7 @@ class ZeroOptimizer:
         if size == 1:
             summed = flat[self.lo : self.hi].copy()
         else:
+            lockstep.agree_on_step(self.comm, self.updates)  # ranks at another step raise here, on every rank
             summed = collectives.reduce_scatter(self.comm, flat, op="sum", algorithm="ring")[: self.hi - self.lo]
         self.grad = np.multiply(summed, 1.0 / size) if size > 1 else summed
         if self.stage >= 2:
@@ -174,6 +179,7 @@ class ZeroOptimizer:
         self.timings.add("communication", _elapsed(start))
         self.timings.end_step()
         self._synchronized = False
+        self.updates += 1
         return True
 
     def finish(self) -> None:
