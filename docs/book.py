@@ -40,6 +40,7 @@ GUIDE = [
     "exercises.md",
     "cluster.md",
     "scaling.md",
+    "simulator-validation.md",
     "benchmarks.md",
     "layout.md",
 ]
