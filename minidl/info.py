@@ -51,28 +51,35 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"
 SGEMM_N, SGEMM_QUICK_N, SGEMM_REPEATS = 2000, 1000, 5
 
 
-def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> set[str]:
-    """The CPU's feature flags (Linux's /proc/cpuinfo ``flags`` line; empty elsewhere)."""
+def cpu_fields(cpuinfo: str = "/proc/cpuinfo") -> dict[str, str]:
+    """The first processor's fields of Linux's /proc/cpuinfo (``model name``, ``flags``, ``cpu family``, ...);
+    empty elsewhere."""
+    fields: dict[str, str] = {}
     try:
         with open(cpuinfo) as f:
             for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
+                if not line.strip():
+                    break  # the end of the first processor's block
+                key, _, value = line.partition(":")
+                fields[key.strip()] = value.strip()
     except OSError:
         pass
-    return set()
+    return fields
+
+
+def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> set[str]:
+    """The CPU's feature flags (/proc/cpuinfo's ``flags``; empty where it is absent)."""
+    return set(cpu_fields(cpuinfo).get("flags", "").split())
 
 
 def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
-    """The CPU's model name (``platform.processor()`` where /proc/cpuinfo is absent)."""
-    try:
-        with open(cpuinfo) as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    """The CPU's model name with its family and model numbers, which tell CPU generations apart where a virtual
+    machine reports only "AMD EPYC" (``platform.processor()`` where /proc/cpuinfo is absent)."""
+    fields = cpu_fields(cpuinfo)
+    if "model name" not in fields:
+        return platform.processor() or platform.machine()
+    numbers = f" (family {fields['cpu family']} model {fields['model']})" if "cpu family" in fields else ""
+    return fields["model name"] + numbers
 
 
 def isa_level(flags: set[str]) -> int | None:
@@ -245,7 +252,7 @@ def header_lines(facts: dict[str, Any]) -> list[str]:
     """The facts as the lines a benchmark prints first."""
     cpu = facts["cpu"]
     isa = ", ".join(cpu["isa"]) or "ISA unknown"
-    lines = [f"machine: {cpu['model']} ({isa}), {cpu['usable_cores']} of {cpu['cores']} cores usable"]
+    lines = [f"machine: {cpu['model']}: {isa}; {cpu['usable_cores']} of {cpu['cores']} cores usable"]
     for lib in facts["blas"]:
         lines.append(
             f"numpy {facts['numpy']}, BLAS {lib['internal_api']} {lib['version']} ({lib['file']}), "

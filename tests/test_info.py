@@ -59,6 +59,15 @@ def test_isa_levels_and_names():
     assert info.vector_isa(AVX512) == ["AVX", "AVX2", "FMA", "AVX-512", "AVX-512 BF16", "AMX"]
 
 
+def test_cpu_fields_from_a_cpuinfo_file(tmp_path):
+    path = tmp_path / "cpuinfo"
+    first = "processor\t: 0\ncpu family\t: 25\nmodel\t\t: 1\nmodel name\t: AMD EPYC\nflags\t\t: fpu avx avx2 fma\n"
+    path.write_text(first + "\nprocessor\t: 1\nmodel name\t: another\n")
+    assert info.cpu_model(str(path)) == "AMD EPYC (family 25 model 1)"
+    assert info.cpu_flags(str(path)) == {"fpu", "avx", "avx2", "fma"} and info.isa_level(info.cpu_flags(str(path))) == 2
+    assert info.cpu_flags(str(tmp_path / "absent")) == set()
+
+
 def test_facts_describe_this_process(monkeypatch):
     monkeypatch.setattr(info, "mpi_library", lambda: "MPICH Version: 5")  # the child Python is tested below
     facts = info.machine_facts(sgemm_n=64)
