@@ -272,7 +272,7 @@ def backward(root: Tensor, grad: np.ndarray | None = None, retain_graph: bool = 
             for p, g, needed in zip(fn.parents, sweep.call_backward(fn, slots), fn.needs_input_grad):
                 if needed and p._ctx is None:
                     sweep.to_leaf(fn, p, g)
-                elif needed and g is not None:
+                elif needed and g is not None and p._ctx is not None:
                     s = grads.setdefault(id(p._ctx), [None] * p._ctx.n_outputs)
                     prev, g = s[p._out_index], _checked(fn, p, g)
                     s[p._out_index] = g if prev is None else prev + g  # not in place: g may alias a saved array
@@ -329,7 +329,7 @@ class Sweep:
 
     def __exit__(self, error: type[BaseException] | None, *_: Any) -> None:
         if error is None:  # hooked leaves that got no gradient this time: done all the same
-            for leaf, _ in list(self.pending.values()):
+            for leaf, _count in list(self.pending.values()):
                 _run_hooks(leaf)
 
     def call_backward(self, fn: Function, slots: list[np.ndarray | None]) -> tuple[Any, ...]:
@@ -340,7 +340,7 @@ class Sweep:
             t.grad = out_grads[idx].copy() if t.grad is None else t.grad + out_grads[idx]
         fn.last_use = not self.retain_graph
         try:
-            in_grads = fn.backward(*out_grads)
+            in_grads: Any = fn.backward(*out_grads)
         finally:
             fn.last_use = False
         if not self.retain_graph:
