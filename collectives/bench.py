@@ -320,6 +320,7 @@ def main(argv: list[str] | None = None) -> list[dict] | dict:
     sizes = [parse_size(s) for s in args.sizes.split(",")] if args.sizes else machine_sizes(p, cores, free_memory())
     args.sizes = ",".join(str(n) for n in sizes)  # what the gloo column's workers measure too
     budget = Budget(args.budget)
+    comm.Barrier()  # every rank has its Ctrl-C handler before the plan says Ctrl-C stops it
     if rank == 0:  # the plan first (on stderr under --json, so that stdout stays one JSON document)
         print(describe(p, cores, sizes, args.budget, human), file=sys.stderr if args.json else sys.stdout, flush=True)
     algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]

@@ -4,6 +4,7 @@ return its exit status and output; every wait is bounded, and a command left run
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -22,13 +23,18 @@ def interrupt(command: list[str], cwd: Path, after: str, timeout: float = 120) -
     )
     lines, deadline = [], time.monotonic() + timeout
     try:
-        for line in proc.stdout:
-            lines.append(line)
-            if after in line:
+        while after not in "".join(lines) and time.monotonic() < deadline:
+            ready, _, _ = select.select([proc.stdout], [], [], max(deadline - time.monotonic(), 0))
+            line = proc.stdout.readline() if ready else ""
+            if not line and (not ready or proc.poll() is not None):
                 break
+            lines.append(line)
         proc.send_signal(signal.SIGINT)
-        lines.append(proc.stdout.read())
-        return proc.wait(timeout=max(deadline - time.monotonic(), 1)), "".join(lines)
+        try:
+            out, _ = proc.communicate(timeout=max(deadline - time.monotonic(), 1))
+        except subprocess.TimeoutExpired:
+            return -1, "".join(lines) + f"\n(still running {timeout} s after it started: killed)"
+        return proc.returncode, "".join(lines) + out
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
