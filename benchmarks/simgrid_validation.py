@@ -27,15 +27,17 @@ import os
 import subprocess
 import sys
 import time
-
-import numpy as np
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import collectives  # noqa: E402
+from benchmarks.validation_tables import error, saved_simgrid, simgrid_table, simgrid_verdict  # noqa: E402
 from collectives.cost import CostParams  # noqa: E402
 from collectives.virtual_time.topology import balanced_dims  # noqa: E402
 from collectives.virtual_time.trace import trace_rows  # noqa: E402
+from minidl.info import cpu_model  # noqa: E402
 
 ORACLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "simgrid_oracle.py")
 SYSTEM_PYTHON = "/usr/bin/python3"
@@ -43,6 +45,14 @@ BANDWIDTH, GAMMA = 1.25e9, 1e-10
 ALGORITHMS = ("ring", "recursive_doubling", "tree")
 TOPOLOGIES = ("crossbar", "fattree", "torus2d")
 SIZES = (1024, 1 << 20, 100_000_000)
+
+
+def machine() -> str:
+    """What the saved rows ran on: the CPU, its cores, SimGrid's version."""
+    found = subprocess.run([SYSTEM_PYTHON, "-c", "import simgrid; print(simgrid.simgrid_version)"],
+                           capture_output=True, text=True)  # fmt: skip
+    version = found.stdout.strip().splitlines()[-1] if found.returncode == 0 and found.stdout.strip() else "?"
+    return f"{cpu_model()}, {os.cpu_count()} cores; SimGrid {version}"
 
 
 def simgrid_available(python: str = SYSTEM_PYTHON) -> str | None:
@@ -93,26 +103,33 @@ def run_case(algorithm: str, p: int, nbytes: int, topology: str, link_latency: f
     }  # fmt: skip
 
 
-def error(row: dict, key: str = "minidl_s") -> float:
-    """Relative error of ``key`` against SimGrid."""
-    return row[key] / row["simgrid_s"] - 1
+def run_cases(
+    ps: list[int],
+    topologies: tuple[str, ...] | list[str] = TOPOLOGIES,
+    algorithms: tuple[str, ...] | list[str] = ALGORITHMS,
+    sizes: tuple[int, ...] | list[int] = SIZES,
+    link_latency: float = 1e-6,
+    leaf_size: int = 4,
+    workers: int = 1,
+    progress: Callable[[dict], None] | None = None,
+) -> list[dict]:
+    """Every case (topology x p x algorithm x size), in that order: the rows of ``--json``. ``workers`` > 1 runs
+    that many SimGrid processes at once (their wall times then overlap); ``progress`` is called with each row."""
+    cases = [(a, p, n, t) for t in topologies for p in ps for a in algorithms for n in sizes]
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        futures = [pool.submit(run_case, a, p, n, t, link_latency, leaf_size) for a, p, n, t in cases]
+        rows = []
+        for future in futures:
+            rows.append(future.result())
+            if progress:
+                progress(rows[-1])
+    return rows
 
 
-def summary(rows: list[dict]) -> list[str]:
-    """The validation table: the largest and mean |error| per p (all topologies), then per topology and p."""
-    lines = [f"{'p':>5}{'topology':>10}{'cases':>7}{'max |err|':>11}{'mean |err|':>12}{'formula max':>13}"]
-    groups = [(p, "all") for p in sorted({r["p"] for r in rows})]
-    groups += [(p, t) for t in dict.fromkeys(r["topology"] for r in rows) for p in sorted({r["p"] for r in rows})]
-    for p, topology in groups:
-        mine = [r for r in rows if r["p"] == p and topology in ("all", r["topology"])]
-        if not mine:
-            continue
-        sim = [abs(error(r)) for r in mine]
-        formula = max(abs(error(r, "formula_s")) for r in mine)
-        lines.append(
-            f"{p:>5}{topology:>10}{len(mine):>7}{100 * max(sim):>10.2g}%{100 * np.mean(sim):>11.2g}%{100 * formula:>12.2g}%"
-        )
-    return lines
+def print_row(r: dict) -> None:
+    print(f"{r['topology']:<10}{r['algorithm']:<20}{r['p']:>5}{r['nbytes']:>11}{r['simgrid_s']:>13.6g}"
+          f"{1 + error(r):>11.4f}{1 + error(r, 'formula_s'):>12.4f}"
+          f"{r['simgrid_wall_s']:>8.1f}s{r['minidl_wall_s']:>7.2f}s", flush=True)  # fmt: skip
 
 
 def main() -> None:
@@ -127,8 +144,7 @@ def main() -> None:
     ap.add_argument("--table", metavar="FILE", help="print the validation table of rows saved with --json, and stop")
     args = ap.parse_args()
     if args.table:
-        with open(args.table) as f:
-            print("\n".join(summary(json.load(f))))
+        print("\n".join(saved_simgrid(args.table)))
         return
     reason = simgrid_available()
     if reason:
@@ -137,22 +153,17 @@ def main() -> None:
           f"no software alpha; fat tree leaves of {args.leaf_size}, 2:1; SimGrid 3.32 CM02, factors 1")  # fmt: skip
     head = f"{'topology':<10}{'algorithm':<20}{'p':>5}{'bytes':>11}{'SimGrid s':>13}{'minidl/SG':>11}{'formula/SG':>12}"
     print(head + f"{'wall SG':>9}{'minidl':>8}")
-    rows = []
-    for topology in args.topologies.split(","):
-        for p in map(int, args.p.split(",")):
-            for algorithm in args.algorithms.split(","):
-                for nbytes in map(int, args.sizes.split(",")):
-                    r = run_case(algorithm, p, nbytes, topology, args.link_latency, args.leaf_size)
-                    rows.append(r)
-                    print(f"{topology:<10}{algorithm:<20}{p:>5}{nbytes:>11}{r['simgrid_s']:>13.6g}"
-                          f"{1 + error(r):>11.4f}{1 + error(r, 'formula_s'):>12.4f}"
-                          f"{r['simgrid_wall_s']:>8.1f}s{r['minidl_wall_s']:>7.2f}s", flush=True)  # fmt: skip
-    print("\n" + "\n".join(summary(rows)))
-    worst = max(abs(error(r)) for r in rows)
-    print(f"\n{len(rows)} cases; largest |minidl / SimGrid - 1| {100 * worst:.2f}% (target 3%)")
+    rows = run_cases(
+        [int(p) for p in args.p.split(",")], args.topologies.split(","), args.algorithms.split(","),
+        [int(n) for n in args.sizes.split(",")], args.link_latency, args.leaf_size, progress=print_row,
+    )  # fmt: skip
+    print("\n" + "\n".join(simgrid_table(rows)))
+    print("\n" + simgrid_verdict(rows))
     if args.json:
+        command = "python benchmarks/simgrid_validation.py " + " ".join(sys.argv[1:])
+        saved = {"date": time.strftime("%Y-%m-%d"), "command": command, "machine": machine(), "rows": rows}
         with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+            json.dump(saved, f, indent=1)
 
 
 if __name__ == "__main__":
