@@ -37,15 +37,16 @@ from collectives.auto import auto_algorithm
 from collectives.common import block_bounds, bounds_of
 from collectives.loc import wire
 
+PAGES = {  # the allreduce pages by name; each page's allreduce(comm, flat x, f) is the bare schedule
+    "naive": naive,
+    "tree": tree,
+    "ring": ring,
+    "recursive_doubling": recursive_doubling,
+    "rabenseifner": rabenseifner,
+}
 ALLREDUCE = {
     name: checked_reduction(module.allreduce, f"{name}.allreduce", carries_short=module is recursive_doubling)
-    for name, module in [
-        ("naive", naive),
-        ("tree", tree),
-        ("ring", ring),
-        ("recursive_doubling", recursive_doubling),
-        ("rabenseifner", rabenseifner),
-    ]
+    for name, module in PAGES.items()
 }
 
 

@@ -90,15 +90,17 @@ def test_fusion_threshold_does_not_change_the_result(compression):
 
 
 @pytest.mark.parametrize("kind", ["lm", "cnn_syncbn"])
-@pytest.mark.parametrize("P, k", [(4, 2), (6, 3), (6, 2)])
-def test_hierarchical_allreduce_equals_big_batch_simulated(kind, P, k, monkeypatch):
-    """allreduce='hierarchical' with nodes of k ranks (MINIDL_RANKS_PER_NODE; the in-process ranks share no memory)."""
+@pytest.mark.parametrize("algorithm", ["hierarchical", "hierarchical_rs"])
+@pytest.mark.parametrize("P, k", [(4, 2), (6, 3), (6, 2), (4, 1), (4, 4)])
+def test_hierarchical_allreduce_equals_big_batch_simulated(kind, algorithm, P, k, monkeypatch):
+    """allreduce='hierarchical' (the leader schedule) and 'hierarchical_rs' with nodes of k ranks
+    (MINIDL_RANKS_PER_NODE; the in-process ranks share no memory)."""
     monkeypatch.setenv("MINIDL_RANKS_PER_NODE", str(k))
     init = initial_state(kind)
     want = train(kind, init, STEPS, world=P)
-    states = collectives.simulate(P, lambda comm: train(kind, init, STEPS, comm, "hierarchical", world=P))
+    states = collectives.simulate(P, lambda comm: train(kind, init, STEPS, comm, algorithm, world=P))
     assert_replicas_identical(states)
-    assert_same_state(states[0], want, what=f"{kind}, hierarchical, P={P}, k={k}: ")
+    assert_same_state(states[0], want, what=f"{kind}, {algorithm}, P={P}, k={k}: ")
 
 
 def test_hierarchical_allreduce_needs_nodes_on_the_in_process_communicator(monkeypatch):

@@ -165,9 +165,10 @@ def test_cli_compares_schemes_with_a_straggler(capsys):
 
 def test_cli_offers_hierarchical_and_describes_activations(capsys):
     base = ["lm", "--profile", "params=1e6,rate=100,batch=4,activation_mb=0.5,layers=2", "--nodes", "1,4", "--json"]
-    assert main([*base, "--allreduce", "ring,hierarchical", "--ranks-per-node", "2"]) == 0
+    assert main([*base, "--allreduce", "ring,hierarchical,hierarchical_rs", "--ranks-per-node", "2"]) == 0
     assert main([*base, "--parallel", "pipeline,tensor"]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert {r["algorithm"] for r in rows} == {"ring", "hierarchical", "pipeline 1f1b m=8", "tensor ring"}
+    names = {"ring", "hierarchical", "hierarchical_rs", "pipeline 1f1b m=8", "tensor ring"}
+    assert {r["algorithm"] for r in rows} == names
     assert main(["lm", "--profile", "params=1e6,rate=100,batch=4", "--parallel", "tensor"]) == 2
     assert "no activation bytes" in capsys.readouterr().err

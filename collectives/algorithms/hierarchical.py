@@ -1,33 +1,54 @@
-"""Node-aware (hierarchical) allreduce: reduce-scatter inside each node, allreduce across nodes, allgather inside.
+"""Node-aware (hierarchical) allreduce: reduce inside each node, allreduce across the nodes, spread inside again.
 
 On a cluster the links inside a node (shared memory) are much faster than those between nodes. A flat ring over
 all p = N x k ranks (N nodes of k ranks) sends 2 (p - 1) messages per rank, most of them across the network.
-The hierarchical schedule (as NCCL's and Horovod's hierarchical allreduce, and the SMP-aware algorithms of
-Thakur et al., "Optimization of collective communication operations in MPICH", 2005):
+A node-aware schedule keeps most messages inside the nodes. Two of them are here; the first is the textbook one
+(the SMP-aware algorithms of Thakur et al., "Optimization of collective communication operations in MPICH",
+2005; MPICH's and Open MPI's hierarchical allreduce), the second the one NCCL and Horovod build on.
 
-1. inside each node, a ring reduce-scatter: local rank j ends with block j (n / k values) of its node's sum;
+``schedule="leader"`` (the name "hierarchical" in the trainer, the simulator and the tracer):
+
+1. inside each node, a binomial-tree reduce (tree.py) to the node's leader, its local rank 0;
+2. across nodes, the N leaders allreduce the whole vector (ring by default; ``algorithm``); the other ranks wait;
+3. inside each node, a binomial-tree broadcast from the leader.
+
+``schedule="rs"`` (the name "hierarchical_rs"):
+
+1. inside each node, a ring reduce-scatter (ring.py): local rank j ends with block j (n / k values) of the node's sum;
 2. across nodes, the N ranks with the same local rank j allreduce block j (N of them, one per node);
-3. inside each node, a ring allgather of the k blocks: every rank holds the whole sum.
+3. inside each node, a ring allgather of the k blocks.
 
 Cost for n bytes (alpha latency, beta seconds per byte, gamma seconds per reduced byte; "in" inside a node,
-"x" across nodes), with a ring at each level:
+"x" across nodes; L = ceil(log2 k)), with a ring across the nodes:
 
-    T = 2 (k - 1) (alpha_in + n/k beta_in) + (k - 1) n/k gamma                        (steps 1 and 3)
-      + 2 (N - 1) (alpha_x + n/(N k) beta_x) + (N - 1) n/(N k) gamma                  (step 2: ring on n/k)
+    leader  T = 2 L (alpha_in + n beta_in) + L n gamma                               (steps 1 and 3: the tree)
+              + 2 (N - 1) (alpha_x + n/N beta_x) + (N - 1) n/N gamma                 (step 2: ring on n)
+    rs      T = 2 (k - 1) (alpha_in + n/k beta_in) + (k - 1) n/k gamma               (steps 1 and 3: the ring)
+              + 2 (N - 1) (alpha_x + n/(N k) beta_x) + (N - 1) n/(N k) gamma         (step 2: ring on n/k)
 
-against the flat ring's 2 (p - 1) (alpha + n/p beta) with every alpha and beta those of the slowest link on the
-ring. Each rank sends 2 (N - 1)/N x n/k bytes across the network and pays 2 (N - 1) network latencies instead of
-about 2 (p - 1): the win grows with k when latency dominates (small buckets, many ranks per node).
+(``predict``: cost.predict's tree or ring on k ranks plus step 2's algorithm on N ranks), against the flat
+ring's 2 (p - 1) (alpha + n/p beta), every alpha and beta those of the slowest link on the ring. Both pay
+2 (N - 1) network latencies instead of about 2 (p - 1): the win grows with k when latency dominates (small
+buckets, many ranks per node). Which of the two wins:
+
+- leader: fewer, larger network messages, and only 1 of the k ranks of a node uses the network (the others
+  idle through step 2); inside the node 2 L latencies, not 2 (k - 1). It wins on small and middling vectors,
+  and where one NIC serves the node anyway.
+- rs: every local rank uses the network, each with n/k bytes, so step 2 moves k times fewer bytes per rank and
+  the k ranks' links (or NIC rails) all work; inside, each rank moves 2 (k - 1)/k n instead of 2 L n and
+  reduces (k - 1)/k n instead of L n. It wins on long vectors, unless the k ranks share one NIC that the
+  leader alone already fills.
 
 Nodes: ``comm.Split_type(MPI.COMM_TYPE_SHARED)`` (the ranks sharing memory), or, with ``ranks_per_node=k``, ranks
 r // k grouped together (to emulate nodes on one machine, for tests, and for the virtual-time cluster). Every node
-must hold the same number of ranks (the blocks of step 2 must line up): anything else is an error on every rank.
-With ``ranks_per_node`` the two sub-communicators are ``GroupComm`` views of one Dup of ``comm`` whose members each
-rank works out alone, with no message: that is what lets ``collectives.allreduce_time("hierarchical", ...)`` trace
-the schedule one rank at a time (a rank traced alone cannot learn the others' colours in a Split).
-The blocks are np.array_split's (n = 10, k = 4: 3, 3, 2, 2): the ranks of step 2 all hold block j, of one size.
-One agreement check over all the ranks comes first (with ``check``); the steps run unchecked, so the traced
-schedule holds at most one check.
+must hold the same number of ranks (the leaders' and the blocks' communicators must line up): anything else is an
+error on every rank. With ``ranks_per_node`` the two sub-communicators are ``GroupComm`` views of one Dup of
+``comm`` whose members each rank works out alone, with no message: that is what lets
+``collectives.allreduce_time("hierarchical", ...)`` trace the schedule one rank at a time (a rank traced alone
+cannot learn the others' colours in a Split). The rs blocks are np.array_split's (n = 10, k = 4: 3, 3, 2, 2): the
+ranks of step 2 all hold block j, of one size. One agreement check over all the ranks comes first (with
+``check``); the steps run unchecked, so the traced schedule holds at most one check. Every rank ends with the
+same bits: step 2 gives them to every rank of a cross communicator, steps 3 copy them.
 """
 
 from __future__ import annotations
@@ -37,10 +58,11 @@ from typing import Any
 
 import numpy as np
 
+from collectives import cost, dispatch
 from collectives.agreement import agree
-from collectives.algorithms import ring
-from collectives.common import block_bounds
-from collectives.dispatch import allreduce
+from collectives.algorithms import ring, tree
+from collectives.auto import auto_algorithm
+from collectives.common import Op, block_bounds
 from collectives.loc import wire
 
 
@@ -83,16 +105,25 @@ class GroupComm:
         self.comm.Sendrecv(sendbuf, self._peer(dest), sendtag, recvbuf, self._peer(source), recvtag)
 
 
-def predict(p: int, ranks_per_node: int, nbytes: float, inside: Any, across: Any) -> float:
-    """Seconds of the three steps with a ring at each level (the module doc's T), for blocks that divide evenly.
+SCHEDULES = ("leader", "rs")
+NAMES = {"hierarchical": "leader", "hierarchical_rs": "rs"}  # the names the trainer, the simulator, the tracer use
 
-    ``inside`` and ``across``: cost.CostParams of the links within a node and between nodes (gamma from ``inside``).
+
+def predict(
+    p: int, ranks_per_node: int, nbytes: float, inside: Any, across: Any, schedule: str = "leader", algorithm="ring"
+) -> float:
+    """Seconds of the three steps (the module doc's T), for blocks that divide evenly and nodes of 2^j ranks.
+
+    ``inside`` and ``across``: cost.CostParams of the links within a node and between nodes (gamma from
+    ``inside``); ``algorithm``: step 2's, on the N = p / k nodes.
     """
     k, n = ranks_per_node, nbytes
-    N = p // k
-    within = 2 * (k - 1) * (inside.alpha + n / k * inside.beta) + (k - 1) * n / k * inside.gamma
-    between = 2 * (N - 1) * (across.alpha + n / (N * k) * across.beta) + (N - 1) * n / (N * k) * inside.gamma
-    return within + between
+    x = cost.CostParams(across.alpha, across.beta, inside.gamma)
+    if schedule == "leader":
+        return cost.predict("tree", k, n, inside) + cost.predict(algorithm, p // k, n, x)
+    if schedule == "rs":
+        return cost.predict("ring", k, n, inside) + cost.predict(algorithm, p // k, n / k, x)
+    raise ValueError(f"hierarchical: unknown schedule {schedule!r}: expected one of {SCHEDULES}")
 
 
 def node_comms(comm: Any, ranks_per_node: int | None = None) -> tuple[Any, Any]:
@@ -108,7 +139,7 @@ def node_comms(comm: Any, ranks_per_node: int | None = None) -> tuple[Any, Any]:
     from mpi4py import MPI
 
     local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
-    sizes = allreduce(comm, np.array([local.Get_size(), -local.Get_size()], np.int64), op="max")
+    sizes = dispatch.allreduce(comm, np.array([local.Get_size(), -local.Get_size()], np.int64), op="max")
     if sizes[0] != -sizes[1]:
         raise ValueError(
             f"hierarchical allreduce: nodes hold {-sizes[1]} to {sizes[0]} ranks; every node must hold the same number"
@@ -124,20 +155,37 @@ def hierarchical_allreduce(
     algorithm: str = "ring",
     check: bool = True,
     nodes: tuple[Any, Any] | None = None,
+    schedule: str = "leader",
 ) -> np.ndarray:
     """The elementwise ``op`` of every rank's ``x`` (a new array, the same bits on every rank), by the three steps
-    of the module doc; ``algorithm`` is step 2's allreduce across nodes.
+    of the module doc's ``schedule`` ("leader" or "rs"); ``algorithm`` is step 2's allreduce across nodes.
 
     ``nodes``: the (local, cross) communicators of ``node_comms`` made once and kept (the data-parallel optimizer
-    does), else made for this call. ``check``: one agreement check over ``comm`` first (shape, dtype, op and the
-    algorithm, as every collective here), none inside the three steps.
+    does), else made for this call. ``check``: one agreement check over ``comm`` first (shape, dtype, op, the
+    schedule and the algorithm, as every collective here), none inside the three steps.
     """
     local, cross = nodes or node_comms(comm, ranks_per_node)
     try:
-        return _three_steps(comm, local, cross, x, op, algorithm, check)
+        call = f"hierarchical-{schedule}-{algorithm}.allreduce"
+        flat, f = agree(comm, x, op, call, check=check)  # one check for all steps
+        run = _schedule(schedule, algorithm)  # after the check: a name one rank alone got wrong is a MismatchError
+        return run(local, cross, flat, f, algorithm).reshape(np.shape(x))
     finally:
         if nodes is None:
             free(local, cross)
+
+
+def allreduce(
+    comm: Any, x: np.ndarray, f: Op = np.add, ranks_per_node: int | None = None, algorithm="ring", schedule="leader"
+) -> np.ndarray:
+    """f over every rank's flat ``x``, a new flat array on every rank: the bare schedule (ring.py's signature, no
+    agreement check), on nodes made for this call."""
+    run = _schedule(schedule, algorithm)
+    local, cross = node_comms(comm, ranks_per_node)
+    try:
+        return run(local, cross, x, f, algorithm)
+    finally:
+        free(local, cross)
 
 
 def free(local: Any, cross: Any) -> None:
@@ -147,13 +195,42 @@ def free(local: Any, cross: Any) -> None:
         c.Free()
 
 
-def _three_steps(comm: Any, local: Any, cross: Any, x: Any, op: Any, algorithm: str, check: bool) -> np.ndarray:
-    shape = np.shape(x)
-    flat, f = agree(comm, x, op, f"hierarchical-{algorithm}.allreduce", check=check)  # one check for all steps
+def _schedule(schedule: str, algorithm: str) -> Any:
+    """The schedule's function, after checking its name and step 2's algorithm (before any message)."""
+    if schedule not in SCHEDULES:
+        raise ValueError(f"hierarchical allreduce: unknown schedule {schedule!r}: expected one of {SCHEDULES}")
+    if algorithm != "auto" and algorithm not in dispatch.PAGES:
+        raise ValueError(
+            f"hierarchical allreduce: unknown algorithm {algorithm!r}: expected auto or one of {list(dispatch.PAGES)}"
+        )
+    return leader_schedule if schedule == "leader" else rs_schedule
+
+
+def leader_schedule(local: Any, cross: Any, flat: np.ndarray, f: Op, algorithm: str = "ring") -> np.ndarray:
+    """The leader schedule on a flat array: tree reduce to local rank 0, allreduce among leaders, tree broadcast."""
+    inside = wire(local, flat.dtype)
+    acc = np.empty_like(flat)
+    tree.reduce_into(inside, flat, acc, f, root=0)  # step 1: the node's sum on its leader
+    if local.Get_rank() == 0:
+        acc = _across(cross, acc, f, algorithm)  # step 2: the leaders only (my cross communicator is theirs)
+    tree.broadcast_into(inside, acc, root=0)  # step 3
+    return acc
+
+
+def rs_schedule(local: Any, cross: Any, flat: np.ndarray, f: Op, algorithm: str = "ring") -> np.ndarray:
+    """The rs schedule on a flat array: ring reduce-scatter inside, block j across the nodes, ring allgather."""
     k, j = local.Get_size(), local.Get_rank()
     b = block_bounds(flat.size, k)  # block j: the same size on every rank of my cross communicator
     acc = np.empty_like(flat)
     ring.reduce_scatter_into(wire(local, acc.dtype), flat, acc, f, b)  # step 1: block j on local rank j
-    acc[b[j] : b[j + 1]] = allreduce(cross, acc[b[j] : b[j + 1]], op, algorithm, check=False)  # step 2
+    acc[b[j] : b[j + 1]] = _across(cross, acc[b[j] : b[j + 1]], f, algorithm)  # step 2
     ring.allgather_into(wire(local, acc.dtype), acc, b)  # step 3
-    return acc.reshape(shape)
+    return acc
+
+
+def _across(cross: Any, x: np.ndarray, f: Op, algorithm: str) -> np.ndarray:
+    """Step 2: ``algorithm``'s page (or auto's pick) over the cross communicator, unchecked; x itself on one node."""
+    if cross.Get_size() == 1:
+        return x
+    name = auto_algorithm(cross.Get_size(), x.nbytes) if algorithm == "auto" else algorithm
+    return dispatch.PAGES[name].allreduce(wire(cross, x.dtype), x, f)

@@ -271,8 +271,8 @@ def allreduce_time(
 ) -> float:
     """Virtual seconds of one allreduce of ``nbytes`` per rank on ``p`` ranks (the slowest rank's).
 
-    ``algorithm``: one of cost.ALGORITHMS, "hierarchical" (algorithms/hierarchical.py, its nodes the
-    network's ``ranks_per_node``), or "auto" (see below).
+    ``algorithm``: one of cost.ALGORITHMS, "hierarchical" or "hierarchical_rs" (algorithms/hierarchical.py's
+    leader and reduce-scatter schedules, its nodes the network's ``ranks_per_node``), or "auto" (see below).
     ``network``: "crossbar" (cost.py's model, no contention), a named link ("1gbe", "10gbe",
     "25gbe", "ib-fdr", "ib-edr", "ib-hdr", "omnipath100", "shm": network.LINKS) or a Network.
     ``params``: a cost.CostParams (default cost.get_params()): the model of "crossbar", and gamma
@@ -323,6 +323,21 @@ def _fastest(p, nbytes, network, params, dtype, check, engine, options) -> float
     return float(best)
 
 
+def _leader_time(k, p, nbytes, network, params, dtype, engine, options) -> float:
+    """hierarchical.py's leader schedule on nodes of k ranks, by its parts: the tree allreduce on one node (steps 1
+    and 3: its reduce ends before the broadcast starts on every rank, and step 2 only delays the broadcast) plus
+    the ring among the leaders, a cluster of p / k nodes of one rank (step 2; the rounds engine from ROUNDS_FROM
+    leaders on).
+
+    The same as the event replay of every rank (tests/test_hierarchical.py holds it to it): the nodes' links are
+    their own (network.Cluster: no contention within a node), so every leader starts step 2 at the same time,
+    and no other rank sends while the leaders do."""
+    node = {"ranks_per_node": k, **({"intra": options["intra"]} if "intra" in options else {})}  # no route: no links
+    leaders = {**options, "ranks_per_node": 1}
+    inside = _time("tree", k, nbytes, network, params, dtype, False, "events", node)
+    return inside + _time("ring", p // k, nbytes, network, params, dtype, False, engine, leaders)
+
+
 def _time(algorithm, p, nbytes, network, params, dtype, check, engine, options) -> float:
     """allreduce_time after its arguments are checked (see there)."""
 
@@ -330,13 +345,17 @@ def _time(algorithm, p, nbytes, network, params, dtype, check, engine, options) 
         raise ValueError(f"allreduce_time: unknown engine {engine!r}: expected auto, events, rounds or formula")
     if algorithm == "auto":  # the fastest on this network, as simulated (the topology and contention included)
         return _fastest(p, nbytes, network, params, dtype, check, engine, options)
-    if algorithm == "hierarchical":  # hierarchical.py's nodes are the network's (ranks_per_node, default 1)
-        algorithm = f"hierarchical:{int(options.get('ranks_per_node', 1))}"
+    if algorithm in ("hierarchical", "hierarchical_rs"):  # hierarchical.py's nodes are the network's (default 1)
+        algorithm = f"{algorithm}:{int(options.get('ranks_per_node', 1))}"
+    rounds = engine == "rounds" or (engine == "auto" and p >= ROUNDS_FROM)
+    leader = isinstance(network, str) and algorithm.startswith("hierarchical:") and not check
+    if rounds and leader and int(algorithm[13:]) > 1:
+        return _leader_time(int(algorithm[13:]), p, nbytes, network, params, dtype, engine, options)
     net = get_network(network, params, **options)
     if engine == "formula":  # cost.py's rounds with the links' latency and their sharing
         return formula_time(algorithm, p, nbytes, net.fabric(int(p)), net.params.alpha)
     key = (algorithm, p, nbytes, np.dtype(dtype).str, bool(check))
-    if engine == "rounds" or (engine == "auto" and p >= ROUNDS_FROM):
+    if rounds:
         schedule = _schedule(*key)  # traces first: they say when p will not fit, before anything is built
         if schedule is not None:
             return float(replay_rounds(schedule, net.fabric(int(p))).max())

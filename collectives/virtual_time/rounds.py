@@ -198,10 +198,13 @@ def _xor(peer: Any, rank: Any, p: int) -> Any:
 
 
 def _node_shifts(algorithm: str, p: int) -> list[Callable]:
-    """For "hierarchical:K" (nodes of K ranks): the shift of node and local rank together, as rank r = (node,
-    local) meets its node's ranks and its local rank's peers on the other nodes as rank 0 = (0, 0) does its own."""
+    """For "hierarchical_rs:K" (nodes of K ranks): the shift of node and local rank together, as rank r = (node,
+    local) meets its node's ranks and its local rank's peers on the other nodes as rank 0 = (0, 0) does its own.
+
+    None for "hierarchical:K", the leader schedule: local rank 0 reduces, the others only send (only the nodes
+    are alike), and its tree's Send and Recv are no Sendrecv rounds. The event engine replays it."""
     head, _, k = algorithm.partition(":")
-    if head != "hierarchical" or not k.isdigit() or p % int(k):
+    if head != "hierarchical_rs" or not k.isdigit() or p % int(k):
         return []
     K, N = int(k), p // int(k)
     return [lambda peer, rank, p: ((peer // K + rank // K) % N) * K + (peer % K + rank % K) % K]

@@ -265,15 +265,16 @@ PER_PEER = ("scatter", "alltoall")  # calls whose input is (p, n): n bytes for e
 
 
 def _hierarchical(name: str) -> Callable | None:
-    """ "hierarchical:K": hierarchical.py's allreduce with nodes of K consecutive ranks (ring across them), or None."""
+    """ "hierarchical:K" (the leader schedule) or "hierarchical_rs:K" (the reduce-scatter one): hierarchical.py's
+    allreduce with nodes of K consecutive ranks (ring across them), or None."""
+    from collectives.algorithms.hierarchical import NAMES, hierarchical_allreduce
+
     head, _, k = name.partition(":")
-    if head != "hierarchical" or not k.isdigit() or int(k) < 1:
+    if head not in NAMES or not k.isdigit() or int(k) < 1:
         return None
 
     def call(comm: TraceComm, x: np.ndarray, op: CountingOp, check: bool) -> Any:
-        from collectives.algorithms.hierarchical import hierarchical_allreduce
-
-        return hierarchical_allreduce(comm, x, op, ranks_per_node=int(k), check=check)  # type: ignore[arg-type]
+        return hierarchical_allreduce(comm, x, op, int(k), check=check, schedule=NAMES[head])  # type: ignore[arg-type]
 
     return call
 
@@ -325,7 +326,9 @@ def trace_rows(
     table = calls()
     fn = table.get(algorithm) or _hierarchical(algorithm)
     if fn is None:
-        raise ValueError(f"trace: unknown call {algorithm!r}: expected one of {', '.join(table)}, hierarchical:K")
+        raise ValueError(
+            f"trace: unknown call {algorithm!r}: expected one of {', '.join(table)}, hierarchical:K, hierarchical_rs:K"
+        )
     if not isinstance(p, (int, np.integer)) or p < 1:
         raise ValueError(f"trace: p must be a positive integer, got {p!r}")
     check_memory(algorithm, int(p), traced=None if ranks is None else len(ranks) + 1)
@@ -388,6 +391,7 @@ def events_estimate(call: str, p: int) -> int:
         "reduce_scatter": p * (p - 1),  # the ring's; recursive halving sends fewer
         "allgather": p * (p - 1),
         "hierarchical": 2 * p * (p - 1),  # at most: nodes of one rank make it a ring
+        "hierarchical_rs": 2 * p * (p - 1),
     }.get(call.split(":")[0], 2 * p * max(k, 1))  # auto, broadcast, reduce, gather, scatter: p log p at most
     return 3 * messages
 

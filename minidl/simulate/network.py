@@ -6,9 +6,12 @@ virtual time on a network model (named links with their sources, topologies, nod
 max-min fair contention; ``crossbar`` is cost.py's closed form exactly). Results are cached.
 
 "auto" here is the algorithm the simulation finds fastest for this size and network, as
-``collectives.allreduce_time("auto", ...)`` finds it (what a real run's "auto" picks is
-``collectives.auto.choose_algorithm``: the cost model, with the routes' link latency when given). "hierarchical" is
-collectives/algorithms/hierarchical.py on nodes of ``ranks_per_node`` ranks (the simulated cluster's nodes).
+``collectives.allreduce_time("auto", ...)`` finds it, or, on nodes of several ranks, one of the two
+hierarchical schedules where the simulation finds it faster still (what a real run's "auto" picks is
+``collectives.auto.choose_algorithm``: the cost model, with the routes' link latency when given). "hierarchical"
+(reduce to each node's leader, ring among the leaders, broadcast inside) and "hierarchical_rs" (reduce-scatter
+inside, each block across the nodes, allgather inside) are collectives/algorithms/hierarchical.py's two schedules
+on nodes of ``ranks_per_node`` ranks (the simulated cluster's nodes).
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ import numpy as np
 import collectives
 from collectives import cost
 
-ALGORITHMS = (*cost.ALGORITHMS, "hierarchical", "auto")  # hierarchical: nodes of ranks_per_node ranks
+HIERARCHICAL = ("hierarchical", "hierarchical_rs")  # on the cluster's nodes of ranks_per_node ranks
+ALGORITHMS = (*cost.ALGORITHMS, *HIERARCHICAL, "auto")
 
 
 def allreduce_time(
@@ -39,8 +43,9 @@ def allreduce_time(
     if p == 1:
         return 0.0
     given = tuple(sorted((k, v) for k, v in options.items() if v is not None))
-    if algorithm == "auto":
-        return _cached("auto", p, _float32s(nbytes), network, params, given)  # collectives' simulated minimum
+    if algorithm == "auto":  # collectives' simulated minimum, and on nodes of several ranks the node-aware two
+        names = ("auto", *HIERARCHICAL) if (options.get("ranks_per_node") or 1) > 1 else ("auto",)
+        return min(_cached(name, p, _float32s(nbytes), network, params, given) for name in names)
     return _cached(algorithm, p, _float32s(nbytes), network, params, given)
 
 

@@ -47,9 +47,11 @@ def test_fp16_compression_stays_close(comm, algorithm):
 
 
 @pytest.mark.parametrize("kind", ["lm", "cnn_syncbn"])
-@pytest.mark.parametrize("k", ["shared memory", 1, 2])
-def test_hierarchical_allreduce_equals_big_batch(comm, kind, k, monkeypatch):
-    """allreduce='hierarchical': nodes of the ranks sharing memory (one here), or of k ranks (MINIDL_RANKS_PER_NODE)."""
+@pytest.mark.parametrize("algorithm", ["hierarchical", "hierarchical_rs"])
+@pytest.mark.parametrize("k", ["shared memory", 1, 2, 3])
+def test_hierarchical_allreduce_equals_big_batch(comm, kind, algorithm, k, monkeypatch):
+    """allreduce='hierarchical' (the leader schedule) and 'hierarchical_rs': nodes of the ranks sharing memory (one
+    here), or of k ranks (MINIDL_RANKS_PER_NODE)."""
     P = comm.Get_size()
     if k != "shared memory" and P % k:
         pytest.skip(f"nodes of {k} ranks do not divide {P}")
@@ -59,5 +61,9 @@ def test_hierarchical_allreduce_equals_big_batch(comm, kind, k, monkeypatch):
         monkeypatch.setenv("MINIDL_RANKS_PER_NODE", str(k))
     init = initial_state(kind)
     want = train(kind, init, STEPS, world=P)
-    got = train(kind, init, STEPS, comm, "hierarchical", world=P)
-    assert_same_state(got, want, what=f"rank {comm.Get_rank()}, {kind}, hierarchical (nodes: {k}), P={P}: ")
+    got = train(kind, init, STEPS, comm, algorithm, world=P)
+    assert_same_state(got, want, what=f"rank {comm.Get_rank()}, {kind}, {algorithm} (nodes: {k}), P={P}: ")
+    for name, v in got.items():  # the replicas are bitwise identical
+        root = v.copy()
+        comm.Bcast(root, root=0)
+        assert root.tobytes() == v.tobytes(), f"rank {comm.Get_rank()} differs from rank 0 in {name}"

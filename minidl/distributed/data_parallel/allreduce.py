@@ -2,10 +2,12 @@
 
 ``algorithm`` names a hand-written algorithm from ``collectives`` (naive, tree, ring,
 recursive_doubling, rabenseifner, or auto, which picks one from the cost model), ``"hierarchical"``
-(collectives/algorithms/hierarchical.py: within each node, across the nodes, within again) or ``"mpi"``,
-the MPI library's own ``Allreduce``, the yardstick the others are measured against.
+(collectives/algorithms/hierarchical.py: a tree reduce to each node's leader, a ring allreduce among the
+leaders, a tree broadcast inside), ``"hierarchical_rs"`` (the same page's other schedule: ring reduce-scatter
+inside, each block across the nodes, ring allgather inside) or ``"mpi"``, the MPI library's own ``Allreduce``,
+the yardstick the others are measured against.
 
-The hierarchical allreduce's nodes are the ranks sharing memory (MPI's ``Split_type``), or, with the
+The hierarchical allreduces' nodes are the ranks sharing memory (MPI's ``Split_type``), or, with the
 environment variable MINIDL_RANKS_PER_NODE=K, K consecutive ranks (nodes emulated on one machine, and the
 only way on the in-process communicator, which has no shared memory). Its node communicators are made once
 per communicator and kept.
@@ -17,7 +19,17 @@ from typing import Any
 
 import numpy as np
 
-ALGORITHMS = ("ring", "tree", "naive", "recursive_doubling", "rabenseifner", "auto", "mpi", "hierarchical")
+ALGORITHMS = (
+    "ring",
+    "tree",
+    "naive",
+    "recursive_doubling",
+    "rabenseifner",
+    "auto",
+    "mpi",
+    "hierarchical",
+    "hierarchical_rs",  # appended: local_sgd.py and exchange.py agree on an algorithm by its index here
+)
 RANKS_PER_NODE = "MINIDL_RANKS_PER_NODE"
 _NODES: dict[tuple[int, str], tuple[Any, tuple[Any, Any]]] = {}  # (id(comm), K) -> (comm, its node comms)
 
@@ -38,10 +50,10 @@ def allreduce(comm: Any, x: np.ndarray, algorithm: str = "ring", op: str = "sum"
     check_algorithm(algorithm)
     if algorithm == "mpi":
         return _mpi_allreduce(comm, x, op, check)
-    if algorithm == "hierarchical":
-        from collectives.algorithms.hierarchical import hierarchical_allreduce
+    if algorithm in ("hierarchical", "hierarchical_rs"):
+        from collectives.algorithms.hierarchical import NAMES, hierarchical_allreduce
 
-        return hierarchical_allreduce(comm, x, op, check=check, nodes=node_comms(comm))
+        return hierarchical_allreduce(comm, x, op, check=check, nodes=node_comms(comm), schedule=NAMES[algorithm])
     import collectives
 
     return collectives.allreduce(comm, x, op=op, algorithm=algorithm, check=check)
@@ -59,7 +71,7 @@ def node_comms(comm: Any) -> tuple[Any, Any]:
     if key not in _NODES or _NODES[key][0] is not comm:
         if not text and not hasattr(comm, "Split_type"):
             raise ValueError(
-                f"allreduce='hierarchical': {type(comm).__name__} has no shared-memory nodes (Split_type); "
+                f"the hierarchical allreduce: {type(comm).__name__} has no shared-memory nodes (Split_type); "
                 f"set {RANKS_PER_NODE}=K to make nodes of K consecutive ranks"
             )
         if text and not (text.isdigit() and int(text) >= 1):
