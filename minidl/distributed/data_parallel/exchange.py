@@ -36,7 +36,8 @@ class ExchangeSettings:
     """How a DistributedOptimizer exchanges gradients; every rank must use the same (they are compared).
 
     allreduce: "ring", "tree", "naive", "recursive_doubling", "rabenseifner", "auto" (collectives'
-        cost-model choice) or "mpi" (the MPI library's Allreduce, for comparison).
+        cost-model choice), "hierarchical" or "hierarchical_rs" (node-aware: allreduce.py's module doc) or
+        "mpi" (the MPI library's Allreduce, for comparison).
     op: "average" (divide the sum by the number of ranks and of accumulated passes) or "sum".
     fusion_bytes: the most gradient bytes packed into one allreduce (0: one allreduce per parameter).
     compression: None, or "fp16" to send float16 on the wire.
