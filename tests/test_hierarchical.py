@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import collectives
 from collectives.algorithms import hierarchical
 from collectives.algorithms.hierarchical import hierarchical_allreduce, predict
-from collectives.cost import CostParams
+from collectives.cost import DEFAULT, CostParams
 from collectives.testing import check
 from collectives.virtual_time.network import LINKS
 from collectives.virtual_time.rounds import NotLockstep
@@ -160,6 +160,17 @@ def test_the_closed_forms_differ_and_each_schedule_wins_somewhere():
     assert small["leader"] < small["rs"] and large["rs"] < large["leader"]
     with pytest.raises(ValueError, match="unknown schedule"):
         predict(8, 2, 64, INSIDE, ACROSS, "flat")
+
+
+def test_the_module_doc_s_example_of_which_wins():
+    """The numbers of hierarchical.py's doc: 64 ranks in nodes of 8 on 10GbE (one switch), in microseconds (gamma:
+    cost.py's default)."""
+    doc = {64: (198, 238), 16 << 10: (256, 272), 64 << 10: (431, 374), 1 << 20: (3925, 2416)}
+    for nbytes, want in doc.items():
+        got = [
+            collectives.allreduce_time(name, 64, nbytes, "10gbe", DEFAULT, ranks_per_node=8) for name in NAME.values()
+        ]
+        assert np.round(np.array(got) * 1e6) == pytest.approx(want, abs=1), nbytes
 
 
 @pytest.mark.parametrize("name", list(NAME.values()))
