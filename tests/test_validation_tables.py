@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -93,3 +94,14 @@ def test_committed_simgrid_run_is_within_target():
     saved = vt.load(vt.SIMGRID_FILE)
     assert saved["date"] and saved["command"].startswith("python benchmarks/simgrid_validation.py")
     assert max(abs(vt.error(r)) for r in saved["rows"]) < 0.03
+
+
+def test_docs_table_is_the_saved_run():
+    """docs/simulator-validation.md's SimGrid table is what `--table docs/data/simgrid_validation.json` prints."""
+    if not vt.os.path.exists(vt.SIMGRID_FILE):
+        pytest.skip("no saved SimGrid run")
+    page = open(vt.os.path.join(vt.ROOT, "docs", "simulator-validation.md")).read()
+    section = page.split("## 1. Against SimGrid", 1)[1].split("\n## ", 1)[0]
+    tables = re.findall(r"```\n( +p  topology.*?)```", section, flags=re.S)
+    assert tables, "no table in section 1"
+    assert tables[0].splitlines() == vt.simgrid_table(vt.load(vt.SIMGRID_FILE)["rows"])

@@ -405,7 +405,8 @@ if (REPO / "benchmarks" / "validation_tables.py").exists():
 # is as good as its inputs and its picture of the node (the real runs). A real run on a shared or
 # oversubscribed machine (more ranks than cores) strays furthest, and that is where to look first before
 # trusting a projection to hundreds of nodes. Run both commands again on your machine: a table is evidence
-# about the machine and the day it was made.
+# about the machine and the day it was made. Both tables come from one printer, `benchmarks/validation_tables.py`
+# (run it to print the saved runs in docs/data/), which the benchmarks and docs/simulator-validation.md use too.
 
 # %% [markdown]
 # ## Summary
