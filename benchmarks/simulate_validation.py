@@ -4,10 +4,14 @@
    the words/s of ``python -m minidl.train lm --parallel data`` (the demo preset, ring allreduce) at p = 1..4
    (real ``mpiexec`` runs; medians of interleaved repeats, with their spread), and print them beside the
    simulator's prediction from a profile of one rank measured right before each run. This machine is one node of
-   ``nproc`` cores; a rank runs one BLAS thread and busy-polls while it waits in MPI, so p ranks beside L other
-   runnable tasks (sampled from /proc/stat during the profile and the run) get min(1, c / (p + L)) of a core
-   each (minidl/simulate/node.py); the calibrated alpha, beta, gamma at p are the link within the node.
-   "no-load model": the same prediction with L = 0.
+   ``nproc`` cores; a rank runs one BLAS thread and busy-polls while it waits in MPI, keeping its core, so the
+   slowest of p ranks beside L other runnable tasks (sampled from /proc/stat during the profile and the run) gets
+   1 / ceil((p + L) / c) of a core (minidl/simulate/node.py); ranks running at once on several cores cost each
+   other the node's efficiency (measured once a repeat: one profile alone against one per core at once); the
+   calibrated alpha, beta, gamma at p are the link within the node. The words/s are the trainer's after its
+   first log interval (steady steps, as simulated). "no-load model": the same prediction with L = 0. Then
+   where a step's time goes, measured (rank 0's DistributedOptimizer clock) and predicted. ``--json FILE``
+   saves the runs (benchmarks/validation_tables.py prints them; tutorial 08 shows them).
 2. **The articles** (``--part articles``), each a question the simulator answers:
    (a) "Deep Learning: massively scaled parallel approach using hybrid supercomputers" (Medium, 2017): an LSTM LM
        on PTB on 1..32 CPU nodes of 28 cores, ~200 words/s per node, ~3,000 on 32 (~15x). Which network and
@@ -32,6 +36,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import resource
@@ -40,6 +45,8 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
+from dataclasses import dataclass
 
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"  # before NumPy loads its BLAS: one core per rank
@@ -61,6 +68,7 @@ from minidl.simulate import (  # noqa: E402
     scaling,
     simulate_step,  # noqa: E402
 )
+from minidl.simulate.node import share as node_share  # noqa: E402
 
 
 # ----------------------------------------------------------------------------- 1. here
@@ -88,15 +96,36 @@ def calibrate(p: int, path: str) -> None:
 RATE = re.compile(r"steps in [\d:]+(?: on \d+ ranks)?, ([\d,]+) words/s")
 
 
-def measured_words_per_s(p: int, steps: int) -> float:
-    """Words/s of the real trainer: ``mpiexec -n p python -m minidl.train lm --parallel data`` (serial at p = 1)."""
-    cmd = [sys.executable, "-m", "minidl.train", "lm", "--preset", "demo", "--max-steps", str(steps)]
-    if p > 1:
-        cmd = [mpiexec(), "-n", str(p), *cmd, "--parallel", "data", "--allreduce", "ring"]
-    found = RATE.findall(run(cmd, 900))
-    if not found:
-        raise SystemExit("simulate_validation: no 'N steps in T ..., X words/s' line in the trainer's output")
-    return float(found[-1].replace(",", ""))
+@dataclass
+class Run:
+    """One real run: its words/s over the steps after the first log interval (steady, like the simulated step),
+    the trainer's own overall figure (from its start, the first steps' warm-up included), and rank 0's mean
+    seconds per step of compute / wait / communication over the same steps (``DistributedOptimizer``'s clock)."""
+
+    rate: float
+    overall: float
+    split: dict[str, float]
+
+
+def measured_run(p: int, steps: int, log_every: int) -> Run:
+    """``mpiexec -n p python -m minidl.train lm --parallel data`` (serial at p = 1), read from its ``--log-json``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        log = os.path.join(tmp, "log.json")
+        cmd = [sys.executable, "-m", "minidl.train", "lm", "--preset", "demo", "--max-steps", str(steps)]
+        cmd += ["--log-every", str(log_every), "--log-json", log]
+        if p > 1:
+            cmd = [mpiexec(), "-n", str(p), *cmd, "--parallel", "data", "--allreduce", "ring"]
+        out = run(cmd, 900)
+        with open(log) as f:
+            records = [r for r in map(json.loads, f) if r.get("kind") == "train"]
+    found = RATE.findall(out)
+    if len(records) < 2 or not found:
+        raise SystemExit(f"simulate_validation: the trainer logged {len(records)} intervals; use more --steps")
+    steady = records[1:]  # the first interval holds the warm-up step
+    steps_in = [b["step"] - a["step"] for a, b in zip(records, steady)]
+    rate = sum(steps_in) / sum(n / r["words_per_s"] for n, r in zip(steps_in, steady))  # total words / total time
+    split = {k: float(np.mean([r[k] or 0.0 for r in steady])) for k in ("comp_s", "wait_s", "comm_s")}
+    return Run(rate, float(found[-1].replace(",", "")), split)
 
 
 class LoadSampler:
@@ -135,18 +164,37 @@ def median_step(profile):
     return profile.scaled(1 / (1 + float(found.group(1)) / 100)) if found else profile
 
 
-def share(cores: int, ranks: int, load: float) -> float:
-    """A single-threaded rank's share of a core among ``ranks`` busy ranks and ``load`` other tasks (node.py)."""
-    return min(1.0, cores / (ranks + load))
+PROFILE_CHILD = """
+import sys, time
+from minidl.simulate import TaskOptions, profile_task
+start, steps = float(sys.argv[1]), int(sys.argv[2])
+time.sleep(max(0.0, start - time.time()))  # every copy starts at once, after its imports
+profile = profile_task("lm", TaskOptions(preset="demo", steps=steps, max_spread=None))
+print(profile.compute_s)
+"""
 
 
-def predicted_words_per_s(profile, p: int, params, cores: int, load_profile: float, load_run: float) -> float:
-    """The simulator on one node of ``cores`` cores running p single-threaded ranks beside ``load_run`` other
-    tasks (ranks busy-poll: always runnable), calibrated ``params``; the profile, measured beside
-    ``load_profile`` other tasks, first brought to the run's load."""
-    profile = profile.scaled(share(cores, 1, load_run) / share(cores, 1, load_profile))
-    node = NodeSpec(ranks_per_node=p, cores=cores, load=load_run)
-    return scaling(profile, [1], "ring", "crossbar", node, params=params)[0].rate
+def efficiency(cores: int, steps: int) -> float:
+    """What ranks running at once on this node's cores cost each other (NodeSpec.efficiency): the profile's
+    step alone over its step while every core runs one (``cores`` profiles started together), both medians."""
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    times = {}
+    for copies in (1, cores):
+        start = time.time() + 3.0  # time for the imports
+        cmd = [sys.executable, "-c", PROFILE_CHILD, str(start), str(steps)]
+        children = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT) for _ in range(copies)]
+        times[copies] = float(np.mean([float(c.communicate(timeout=300)[0].split()[-1]) for c in children]))
+    return times[1] / times[cores]
+
+
+def predict(profile, p: int, params, cores: int, load_profile: float, load_run: float, eff: float):
+    """The simulated step of p single-threaded ranks on one node of ``cores`` cores beside ``load_run`` other
+    tasks (ranks busy-poll: always runnable), with the calibrated ``params`` and the node's measured
+    ``eff`` where ranks run on several cores at once; the profile, measured beside ``load_profile`` other
+    tasks, first brought to the run's load (node.py's share)."""
+    profile = profile.scaled(node_share(1 + round(load_run), cores) / node_share(1 + round(load_profile), cores))
+    node = NodeSpec(ranks_per_node=p, cores=cores, load=load_run, efficiency=eff if min(p, cores) > 1 else 1.0)
+    return simulate_step(node.apply(profile), Cluster(1, "crossbar", node, params), "ring")
 
 
 def part_here(args: argparse.Namespace) -> None:
@@ -160,40 +208,90 @@ def part_here(args: argparse.Namespace) -> None:
         print(
             f"calibrated at p={p}: alpha {1e6 * c.alpha:.1f} us, beta {1e9 * c.beta:.3f} ns/B, gamma {1e9 * c.gamma:.3f} ns/B"
         )
-    measured, predicted, flat, load = ({p: [] for p in ranks} for _ in range(4))
+    rows = {
+        p: {"measured": [], "predicted": [], "no_load": [], "other_tasks": [], "split": [], "model": []} for p in ranks
+    }
+    effs = []
     for _ in range(args.repeats):  # interleaved: a busy neighbour hits every p alike
+        effs.append(efficiency(cores, args.profile_steps) if cores > 1 else 1.0)
         for p in ranks:  # the profile right before the run it predicts: both see the same load
             with LoadSampler() as before:
                 options = TaskOptions(preset="demo", steps=args.profile_steps, max_spread=None)  # the load is modelled
                 profile = median_step(profile_task("lm", options))
             with LoadSampler() as during:
-                measured[p].append(measured_words_per_s(p, args.steps))
-            load[p].append(during.others(p))
-            predicted[p].append(predicted_words_per_s(profile, p, params.get(p), cores, before.others(1), load[p][-1]))
-            flat[p].append(predicted_words_per_s(profile, p, params.get(p), cores, 0.0, 0.0))
-    report(args, cores, ranks, measured, predicted, flat, load)
+                real = measured_run(p, args.steps, args.log_every)
+            row, load = rows[p], during.others(p)
+            t = predict(profile, p, params.get(p), cores, before.others(1), load, effs[-1])
+            flat = predict(profile, p, params.get(p), cores, 0.0, 0.0, effs[-1])
+            row["measured"].append(real.rate)
+            row["predicted"].append(p * profile.items / t.step_s)
+            row["no_load"].append(p * profile.items / flat.step_s)
+            row["other_tasks"].append(load)
+            row["split"].append(real.split)
+            row["model"].append({"compute_s": t.compute_s, "comm_s": t.comm_s})
+    report(args, cores, ranks, rows, effs)
+    if args.json:
+        save(args, cores, rows, effs, params)
 
 
-def report(args, cores: int, ranks: list[int], measured: dict, predicted: dict, flat: dict, load: dict) -> None:
+def report(args, cores: int, ranks: list[int], rows: dict, effs: list[float]) -> None:
     print(
-        f"\nLSTM LM demo preset, --parallel data --allreduce ring, {args.steps} steps per run, "
-        f"medians of {args.repeats} interleaved repeats [min-max]; this machine: 1 node, {cores} cores"
+        f"\nLSTM LM demo preset, --parallel data --allreduce ring, {args.steps} steps per run (words/s after the "
+        f"first {args.log_every}), medians of {args.repeats} interleaved repeats [min-max]; this machine: 1 node, "
+        f"{cores} cores; node efficiency with {cores} ranks at once {np.median(effs):.2f} [{min(effs):.2f}-{max(effs):.2f}]"
     )
     print(f"{'p':>3}{'measured words/s':>28}{'predicted words/s':>28}{'pred./meas.':>13}{'  [min-max]':<14}"
           f"{'no-load model':>14}{'other tasks':>12}")  # fmt: skip
+    spread = lambda v: f"[{min(v):,.0f}-{max(v):,.0f}]"  # noqa: E731
     for p in ranks:
-        m, q = np.median(measured[p]), np.median(predicted[p])
-        ratios = [b / a for a, b in zip(measured[p], predicted[p])]
-        spread = lambda v: f"[{min(v):,.0f}-{max(v):,.0f}]"  # noqa: E731
+        r = rows[p]
+        m, q = np.median(r["measured"]), np.median(r["predicted"])
+        ratios = [b / a for a, b in zip(r["measured"], r["predicted"])]
         print(
-            f"{p:>3}{m:>12,.0f} {spread(measured[p]):>15}{q:>12,.0f} {spread(predicted[p]):>15}{q / m:>12.2f}x"
-            f"  [{min(ratios):.2f}-{max(ratios):.2f}]{np.median(flat[p]) / m:>13.2f}x{np.median(load[p]):>12.1f}"
+            f"{p:>3}{m:>12,.0f} {spread(r['measured']):>15}{q:>12,.0f} {spread(r['predicted']):>15}{q / m:>12.2f}x"
+            f"  [{min(ratios):.2f}-{max(ratios):.2f}]{np.median(r['no_load']) / m:>13.2f}x{np.median(r['other_tasks']):>12.1f}"
         )
-    note = busy_note({str(p): v for p, v in measured.items()})
+    print(
+        "\nwhere a step's time goes, ms (medians; measured: rank 0's DistributedOptimizer clock, compute includes the"
+    )
+    print("update and the trainer's stop agreement; wait: the step agreement, where a rank waits for the slowest)")
+    print(
+        f"{'p':>3}{'measured: compute':>19}{'wait':>7}{'comm':>7}{'step':>7}   {'predicted: compute':>18}{'comm':>7}{'step':>7}"
+    )
+    for p in ranks[1:]:
+        r = rows[p]
+        m = {k: 1e3 * np.median([s[k] for s in r["split"]]) for k in ("comp_s", "wait_s", "comm_s")}
+        c, x = (1e3 * np.median([s[k] for s in r["model"]]) for k in ("compute_s", "comm_s"))
+        step = 1e3 * p * 400 / np.median(r["measured"])
+        print(
+            f"{p:>3}{m['comp_s']:>19.1f}{m['wait_s']:>7.1f}{m['comm_s']:>7.1f}{step:>7.1f}   {c:>18.1f}{x:>7.1f}{c + x:>7.1f}"
+        )
+    note = busy_note({str(p): r["measured"] for p, r in rows.items()})
     print(f"measured: {note}; other runnable tasks (median of the runs) beside the ranks shown; "
           f"load average now {os.getloadavg()[0]:.1f} on {cores} cores")  # fmt: skip
     if "busy" in note:
         print("note: the machine was too loaded to hold the prediction to 10%: the repeats alone vary by more")
+
+
+def save(args, cores: int, rows: dict, effs: list[float], params: dict) -> None:
+    """The runs as benchmarks/validation_tables.py reads them (docs/data/simulate_validation_here.json)."""
+    from minidl.info import machine_facts
+
+    facts = machine_facts()
+    cpu = facts.get("cpu", {})
+    blas = (facts.get("blas") or [{}])[0]
+    record = {
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "command": "python benchmarks/simulate_validation.py " + " ".join(sys.argv[1:]),
+        "machine": f"{cpu.get('model', '?')}, {cores} cores, {blas.get('internal_api', '?')} "
+        f"{blas.get('architecture', '?')} kernel, load average {os.getloadavg()[0]:.1f} at the end",
+        "efficiency": effs,
+        "calibration": {str(p): {"alpha": c.alpha, "beta": c.beta, "gamma": c.gamma} for p, c in params.items()},
+        "rows": [{"p": p, **r} for p, r in rows.items()],
+    }
+    with open(args.json, "w") as f:
+        json.dump(record, f, indent=1)
+    print(f"saved to {args.json}")
 
 
 # ----------------------------------------------------------------------------- 2. the articles
@@ -285,6 +383,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5, help="interleaved repeats of every measurement (median)")
     ap.add_argument("--steps", type=int, default=200, help="training steps per real run")
     ap.add_argument("--profile-steps", type=int, default=10)
+    ap.add_argument("--log-every", type=int, default=25, help="the trainer's log interval (the first is warm-up)")
+    ap.add_argument("--json", default=None, help="save the real runs here (docs/data/simulate_validation_here.json)")
     ap.add_argument("--networks", default="1gbe,10gbe,25gbe,ib-fdr", help="(a): networks to try")
     ap.add_argument("--cirrus-network", default="ib-fdr")
     ap.add_argument("--zenith-network", default="omnipath100")

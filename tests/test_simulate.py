@@ -12,7 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import collectives
 import minidl
+import minidl.distributed as dist
 import minidl.nn.functional as F
 from collectives import cost
 from minidl import nn, optim
@@ -31,6 +33,7 @@ from minidl.simulate import (
 )
 from minidl.simulate.cli import main
 from minidl.simulate.profile import fusion_plan
+from minidl.simulate.step import STEP_SYNCS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KEYS = {"nodes", "rate", "per_node_rate", "speedup", "efficiency", "step_s", "compute_s", "comm_s"}
@@ -142,8 +145,41 @@ def test_crossbar_step_equals_the_closed_form():
         for p in (2, 3, 5, 8, 13, 64):
             t = simulate_step(prof, Cluster(p, "crossbar", params=params), algorithm)
             expected = sum(cost.predict(algorithm, p, b.nbytes, params) for b in prof.buckets)
-            expected += cost.predict("recursive_doubling", p, 8, params)  # the barrier
+            syncs = [call for calls in STEP_SYNCS.values() for call in calls]  # the step and stop agreements
+            expected += sum(allreduce_time(a, p, n, "crossbar", params) for a, n in syncs)
             assert t.comm_s == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize("p", [2, 3, 4, 5])
+def test_the_simulated_syncs_are_a_real_steps_messages(p):
+    """A steady step of DistributedOptimizer and the trainer's stop agreement, run on p in-process ranks, sends
+    the messages the simulated step charges: STEP_SYNCS and the bucket's ring allreduce (counts and bytes)."""
+    from collectives.virtual_time.trace import trace
+    from minidl.distributed.strategy import Context
+    from minidl.train.interrupt import Watch
+
+    def steps(k):
+        def fn(comm):
+            minidl.manual_seed(0)
+            model = nn.Linear(5, 3)
+            opt = dist.DistributedOptimizer(optim.SGD(model.parameters(), lr=0.1), comm=comm, allreduce="ring")
+            ctx, watch = Context(comm, comm.Get_rank(), comm.Get_size(), "ring"), Watch()
+            for _ in range(k):
+                opt.zero_grad()
+                model(minidl.tensor(np.ones((2, 5), np.float32))).sum().backward()
+                opt.step()
+                watch.agreed(ctx)
+            return opt.buckets[0].nbytes
+
+        return fn
+
+    first, both = (collectives.simulate(p, steps(k)) for k in (1, 2))
+    step = sorted(m.nbytes for m in both.messages)
+    for m in first.messages:  # the second step's messages: both runs' less the first's
+        step.remove(m.nbytes)
+    calls = [call for calls in STEP_SYNCS.values() for call in calls] + [("ring", first[0])]
+    sent = [e.nbytes for a, n in calls for rank in trace(a, p, n) for e in rank if e.call in ("send", "sendrecv")]
+    assert len(sent) == len(step) and sum(sent) == sum(step)
 
 
 def test_auto_is_the_fastest_algorithm():

@@ -44,11 +44,14 @@ def test_the_simulated_step_follows_the_calibration():
 
 
 def test_ranks_beyond_the_cores_and_other_work_share_the_cores():
-    """Busy-polling ranks are always runnable: p ranks and L other tasks share c cores fairly (node.py)."""
-    no_load = [NodeSpec(ranks_per_node=p, cores=2, load=0).rank_speedup for p in (1, 2, 3, 4)]
-    assert no_load == pytest.approx([1, 1, 2 / 3, 1 / 2])
-    assert no_load == pytest.approx([NodeSpec(ranks_per_node=p, cores=min(p, 2)).rank_speedup for p in (1, 2, 3, 4)])
-    # 12 other tasks: the profiled rank had 2/13 of a core, each of 4 ranks gets 2/16
-    assert NodeSpec(ranks_per_node=4, cores=2, load=12).rank_speedup == pytest.approx(13 / 16)
+    """Busy-polling ranks are always runnable and keep their cores: the slowest of p ranks and L other tasks on
+    c cores gets 1 / ceil((p + L) / c) of one (node.py)."""
+    no_load = [NodeSpec(ranks_per_node=p, cores=2, load=0).rank_speedup for p in (1, 2, 3, 4, 5)]
+    assert no_load == pytest.approx([1, 1, 1 / 2, 1 / 2, 1 / 3])  # 3 ranks on 2 cores: one core holds two
+    assert no_load == pytest.approx([NodeSpec(ranks_per_node=p, cores=min(p, 2)).rank_speedup for p in (1, 2, 3, 4, 5)])
+    # 12 other tasks: the profiled rank had 1/7 of a core (13 tasks, 7 on the busier core), each of 4 ranks 1/8
+    assert NodeSpec(ranks_per_node=4, cores=2, load=12).rank_speedup == pytest.approx(7 / 8)
+    assert NodeSpec(ranks_per_node=4, cores=2, load=0.4).rank_speedup == 0.5  # a load is counted in whole tasks
+    assert NodeSpec(ranks_per_node=1, cores=28, efficiency=0.5).rank_speedup == 14  # threads: fewer ranks than cores
     with pytest.raises(ValueError, match="load"):
         NodeSpec(load=-1)

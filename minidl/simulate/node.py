@@ -12,25 +12,36 @@ times as fast as the profiled one, and every compute time of the profile is divi
 (one rank per core, same cores, efficiency 1) change nothing.
 
 Ranks beyond the cores, and other work (``load``: runnable processes that are not ranks, as on this
-machine while it was profiled; None, the default, keeps the formula above). A rank never leaves its core: it computes, or it waits in MPI by
-busy-polling (MPICH's shared-memory progress), so every rank is always runnable, and the OS shares the
-cores fairly among the ranks and the load. A single-threaded rank then gets
+machine while it was profiled; None, the default, counts the ranks alone). A rank never leaves its core: it
+computes, or it waits in MPI by busy-polling (MPICH's shared-memory progress), so every rank is always
+runnable. The OS spreads the k runnable tasks over the c cores as evenly as it can, so the busiest core holds
+ceil(k / c) of them and shares its time among them; a rank that finishes its compute first busy-polls and
+keeps its core, so the ranks of the busiest core are not helped by it, and a synchronous step waits for them.
+The slowest rank gets
 
-    share(k) = min(1, cores / (k + load))   of a core, with k = ranks_per_node,
+    share(k) = 1 / ceil(k / c)   of a core (1 while k <= c), with k = ranks_per_node + load (load rounded),
 
-and the profiled rank got share(1) (profiled here, alone, under the same load), so with a load
+and the profiled rank got share(1) (profiled here, alone, under the same load), so
 
-    speedup = core_speed * efficiency * share(ranks_per_node) / share(1)
+    speedup = core_speed * efficiency * share(ranks_per_node + load) / share(1 + load).
 
-which is cores / ranks_per_node again with load 0 and more ranks than cores (then every compute time is
-stretched by ranks / cores: compute shares the cores).
+With more ranks than cores this replaces cores / ranks_per_node: 3 ranks on 2 cores compute at half speed,
+not two thirds (measured here: docs/simulator-validation.md). ``efficiency`` is then what ranks running at
+once on the node's cores cost each other (memory bandwidth, shared caches): measure it as one rank's compute
+time alone over its time while the other cores run ranks too.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from minidl.simulate.profile import Profile
+
+
+def share(tasks: int, cores: int) -> float:
+    """The share of a core the slowest of ``tasks`` always-runnable single-threaded tasks gets on ``cores``."""
+    return 1.0 / max(1, math.ceil(tasks / cores))
 
 
 @dataclass(frozen=True)
@@ -63,10 +74,11 @@ class NodeSpec:
     @property
     def rank_speedup(self) -> float:
         """How many times as fast as the profiled rank one rank of this node computes."""
+        c, k = self.node_cores, self.ranks_per_node
         if self.load is None:
-            return self.core_speed * self.efficiency * self.node_cores / self.ranks_per_node
-        share = min(1.0, self.node_cores / (self.ranks_per_node + self.load))
-        return self.core_speed * self.efficiency * share / min(1.0, self.node_cores / (1 + self.load))
+            return self.core_speed * self.efficiency * (c / k if k <= c else share(k, c))
+        load = round(self.load)
+        return self.core_speed * self.efficiency * share(k + load, c) / share(1 + load, c)
 
     def apply(self, profile: Profile) -> Profile:
         return profile if self.rank_speedup == 1.0 else profile.scaled(self.rank_speedup)

@@ -3,17 +3,26 @@
 With the profile's forward F, backward B, update U, and bucket k's allreduce costing c_k (its pack + unpack
 here plus ``allreduce_time`` of its bytes on p = nodes x ranks_per_node ranks):
 
-- without overlap (what ``DistributedOptimizer.synchronize`` does: a barrier, then the buckets one after
-  another once the backward is done)
+- without overlap (what ``DistributedOptimizer.synchronize`` does: the step agreement, then the buckets one
+  after another once the backward is done)
 
-      step = F + B + barrier + sum_k c_k + U
+      step = F + B + agree + sum_k c_k + U + stop
 
 - with ``overlap`` (Horovod's and PyTorch DDP's way: a bucket is allreduced as soon as its gradients are
   ready, r_k after the backward starts, in the order they become ready, one at a time)
 
-      start_k = max(F + r_k, end_{k-1}),   end_k = start_k + c_k,   step = max(end_last, F + B) + U
+      start_k = max(F + r_k, end_{k-1}),   end_k = start_k + c_k,   step = max(end_last, F + B) + U + stop
+
+  (the step agreement runs on the communication thread before bucket 0: it is part of c_0)
 
   assuming the communication progresses without slowing the backward (a spare core or an offloading NIC).
+
+The two synchronisations every step of ``python -m minidl.train --parallel data`` makes besides the buckets
+(``STEP_SYNCS``): ``agree``, the step agreement (``lockstep.agree_on_step``: a handshake of one header, the
+recursive doubling of collectives/agreement.py), which is also where a rank waits for the slowest; and
+``stop``, the trainer's "did any rank get a Ctrl-C?" (``interrupt.Watch.agreed``: a checked ring allreduce of
+8 bytes). Each is a few latencies: nothing on a cluster's network, but where ranks outnumber the cores every
+round of them waits for a rank to be scheduled (node.py).
 
 The exposed communication is step - (F + B + U): what the compute did not hide. Every rank does the same
 work on its own batch, so the slowest rank is any rank (``allreduce_time`` is the slowest rank's time).
@@ -33,6 +42,13 @@ from minidl.simulate.node import NodeSpec
 from minidl.simulate.profile import BucketProfile, Profile
 from minidl.simulate.schemes import Scheme, scheme_step, slowest
 
+# (call, bytes per rank); a handshake's messages are a header (agreement.header_bytes: 88 bytes, 8 more for an
+# array's one dimension) and a 16-byte status word. tests/test_simulate.py holds them to a real step's messages.
+STEP_SYNCS = {
+    "agree": (("recursive_doubling", 104),),  # lockstep.agree_on_step: a handshake without data
+    "stop": (("recursive_doubling", 112), ("ring", 8)),  # interrupt.Watch.agreed: a checked ring sum of one float64
+}
+
 
 @dataclass(frozen=True)
 class StepTime:
@@ -48,8 +64,12 @@ class StepTime:
         return self.compute_s + self.comm_s
 
 
-def step_time(profile: Profile, bucket_s: Sequence[float], overlap: bool = False, barrier_s: float = 0.0) -> StepTime:
-    """The step algebra above, for given per-bucket communication times ``bucket_s`` (in profile order)."""
+def step_time(
+    profile: Profile, bucket_s: Sequence[float], overlap: bool = False, barrier_s: float = 0.0, after_s: float = 0.0
+) -> StepTime:
+    """The step algebra above, for given per-bucket communication times ``bucket_s`` (in profile order), the
+    step agreement ``barrier_s`` (before the buckets; with overlap, give it as part of the first bucket's) and
+    ``after_s``, synchronisation after the update (the trainer's stop agreement)."""
     if len(bucket_s) != len(profile.buckets):
         raise ValueError(f"{len(bucket_s)} bucket times for a profile of {len(profile.buckets)} buckets")
     F, B, U = profile.forward_s, profile.backward_s, profile.update_s
@@ -60,14 +80,14 @@ def step_time(profile: Profile, bucket_s: Sequence[float], overlap: bool = False
             start = max(F + profile.buckets[k].ready_s, end)
             end = start + bucket_s[k]
             windows[k] = (start, end)
-        exposed = max(end - (F + B), 0.0)
-        total = float(sum(bucket_s))
+        exposed = max(end - (F + B), 0.0) + after_s
+        total = float(sum(bucket_s)) + after_s
     else:
         end = F + B + barrier_s
         for k, c in enumerate(bucket_s):
             windows[k] = (end, end + c)
             end += c
-        exposed = end - (F + B)
+        exposed = end - (F + B) + after_s
         total = exposed
     return StepTime(F + B + U, exposed, total, tuple(windows))
 
@@ -144,9 +164,10 @@ def simulate_step(
     if cluster.ranks == 1:
         return step_time(profile, [0.0] * len(profile.buckets), overlap)
     bucket_s = [b.pack_s + cluster.exchange_s(algorithm, b) for b in profile.buckets]
-    # DistributedOptimizer's barrier before the allreduces (measure_wait): a recursive-doubling exchange of 8 bytes
-    barrier = 0.0 if overlap else cluster.allreduce_s("recursive_doubling", 8)
-    return step_time(profile, bucket_s, overlap, barrier)
+    agree, stop = (sum(cluster.allreduce_s(a, n) for a, n in STEP_SYNCS[k]) for k in ("agree", "stop"))
+    if overlap and bucket_s:  # the step agreement goes first on the communication thread
+        bucket_s[0] += agree
+    return step_time(profile, bucket_s, overlap, 0.0 if overlap else agree, stop)
 
 
 @dataclass(frozen=True)
