@@ -46,7 +46,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"  # before NumPy loads its BLAS: one core per rank
@@ -62,7 +62,9 @@ from minidl.measure import busy_note  # noqa: E402
 from minidl.simulate import (  # noqa: E402
     Cluster,
     NodeSpec,
+    Scheme,
     TaskOptions,
+    Variation,
     described,
     profile_task,
     scaling,
@@ -89,8 +91,10 @@ def run(cmd: list[str], timeout: float) -> str:
 
 
 def calibrate(p: int, path: str) -> None:
-    """alpha, beta, gamma measured among p ranks here (``python -m collectives.virtual_time.calibrate``), saved to ``path``."""
-    run([mpiexec(), "-n", str(p), sys.executable, "-m", "collectives.virtual_time.calibrate", "--out", path], 600)
+    """alpha, beta, gamma measured among p ranks here (``python -m collectives.virtual_time.calibrate --cold``: each
+    exchange after compute, as a training step makes it), saved to ``path``."""
+    cmd = [mpiexec(), "-n", str(p), sys.executable, "-m", "collectives.virtual_time.calibrate", "--out", path, "--cold"]
+    run(cmd, 600)
 
 
 RATE = re.compile(r"steps in [\d:]+(?: on \d+ ranks)?, ([\d,]+) words/s")
@@ -154,47 +158,61 @@ class LoadSampler:
         return max(0.0, float(np.mean(self.samples or [mine + 1])) - mine - 1)
 
 
-SPREAD = re.compile(r"spread \+(\d+(?:\.\d+)?)%")
+def profiled(steps: int):
+    """One rank's profile of the demo preset at its mean step (the load is modelled, so none is refused)."""
+    return profile_task("lm", TaskOptions(preset="demo", steps=steps, max_spread=None)).at_mean()
 
 
-def median_step(profile):
-    """The profile at its median step (profiles keep the fastest; their source states the spread, median over
-    fastest): the real runs' words/s are means over their steps under the load of the moment, so like with like."""
-    found = SPREAD.search(profile.source)
-    return profile.scaled(1 / (1 + float(found.group(1)) / 100)) if found else profile
+def between(before, after):
+    """The two profiles taken around a real run, averaged: the machine's pace drifts by 10-20% from one minute to
+    the next, so one profile before the run can miss the pace the run saw."""
+    mean = (before.compute_s + after.compute_s) / 2
+    return replace(before.scaled(before.compute_s / mean), step_cv=(before.step_cv + after.step_cv) / 2)
 
 
 PROFILE_CHILD = """
-import sys, time
+import os, sys, time
+if sys.argv[3] != "-":
+    os.sched_setaffinity(0, {int(sys.argv[3])})  # pinned to one core
 from minidl.simulate import TaskOptions, profile_task
 start, steps = float(sys.argv[1]), int(sys.argv[2])
 time.sleep(max(0.0, start - time.time()))  # every copy starts at once, after its imports
 profile = profile_task("lm", TaskOptions(preset="demo", steps=steps, max_spread=None))
-print(profile.compute_s)
+print(profile.at_mean().compute_s)
 """
 
 
-def efficiency(cores: int, steps: int) -> float:
-    """What ranks running at once on this node's cores cost each other (NodeSpec.efficiency): the profile's
-    step alone over its step while every core runs one (``cores`` profiles started together), both medians."""
+def at_once(pins: list[str], steps: int) -> float:
+    """The mean step of profiles started together, one per entry of ``pins`` (a core to pin it to, or "-")."""
     env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    times = {}
-    for copies in (1, cores):
-        start = time.time() + 3.0  # time for the imports
-        cmd = [sys.executable, "-c", PROFILE_CHILD, str(start), str(steps)]
-        children = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT) for _ in range(copies)]
-        times[copies] = float(np.mean([float(c.communicate(timeout=300)[0].split()[-1]) for c in children]))
-    return times[1] / times[cores]
+    start = time.time() + 3.0  # time for the imports
+    cmds = [[sys.executable, "-c", PROFILE_CHILD, str(start), str(steps), pin] for pin in pins]
+    children = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT) for cmd in cmds]
+    return float(np.mean([float(c.communicate(timeout=300)[0].split()[-1]) for c in children]))
 
 
-def predict(profile, p: int, params, cores: int, load_profile: float, load_run: float, eff: float):
+def node_factors(cores: int, steps: int) -> tuple[float, float]:
+    """The node's NodeSpec.efficiency and .sharing, measured: one profile's mean step alone, over its step while
+    every core runs one (what ranks on different cores cost each other), and twice it over the step of each of
+    two profiles pinned to one core (what time-sharing a core costs beyond the halving)."""
+    alone = at_once(["-"], steps)
+    every_core = at_once(["-"] * cores, steps) if cores > 1 else alone
+    one_core = at_once(["0", "0"], steps)
+    return min(1.0, alone / every_core), min(1.0, 2 * alone / one_core)
+
+
+def predict(profile, p: int, params, cores: int, load_profile: float, load_run: float, node: tuple[float, float]):
     """The simulated step of p single-threaded ranks on one node of ``cores`` cores beside ``load_run`` other
-    tasks (ranks busy-poll: always runnable), with the calibrated ``params`` and the node's measured
-    ``eff`` where ranks run on several cores at once; the profile, measured beside ``load_profile`` other
+    tasks (ranks busy-poll: always runnable), with the calibrated ``params``, the node's measured ``eff`` where
+    ranks run on several cores at once and its ``sharing`` where they time-share one (``node``), and each rank's
+    step varying as the profiled steps did (its CV as
+    ``--jitter``: the step waits for the slowest rank); the profile, measured beside ``load_profile`` other
     tasks, first brought to the run's load (node.py's share)."""
     profile = profile.scaled(node_share(1 + round(load_run), cores) / node_share(1 + round(load_profile), cores))
-    node = NodeSpec(ranks_per_node=p, cores=cores, load=load_run, efficiency=eff if min(p, cores) > 1 else 1.0)
-    return simulate_step(node.apply(profile), Cluster(1, "crossbar", node, params), "ring")
+    eff, sharing = node
+    spec = NodeSpec(p, cores, efficiency=eff if min(p, cores) > 1 else 1.0, load=load_run, sharing=sharing)
+    scheme = Scheme("data", "ring", variation=Variation(jitter=profile.step_cv))
+    return simulate_step(spec.apply(profile), Cluster(1, "crossbar", spec, params), scheme=scheme)
 
 
 def part_here(args: argparse.Namespace) -> None:
@@ -211,15 +229,15 @@ def part_here(args: argparse.Namespace) -> None:
     rows = {
         p: {"measured": [], "predicted": [], "no_load": [], "other_tasks": [], "split": [], "model": []} for p in ranks
     }
-    effs = []
+    effs = []  # (efficiency, sharing) of each repeat
     for _ in range(args.repeats):  # interleaved: a busy neighbour hits every p alike
-        effs.append(efficiency(cores, args.profile_steps) if cores > 1 else 1.0)
+        effs.append(node_factors(cores, args.profile_steps))
         for p in ranks:  # the profile right before the run it predicts: both see the same load
             with LoadSampler() as before:
-                options = TaskOptions(preset="demo", steps=args.profile_steps, max_spread=None)  # the load is modelled
-                profile = median_step(profile_task("lm", options))
+                first = profiled(args.profile_steps)
             with LoadSampler() as during:
                 real = measured_run(p, args.steps, args.log_every)
+            profile = between(first, profiled(args.profile_steps))
             row, load = rows[p], during.others(p)
             t = predict(profile, p, params.get(p), cores, before.others(1), load, effs[-1])
             flat = predict(profile, p, params.get(p), cores, 0.0, 0.0, effs[-1])
@@ -238,8 +256,11 @@ def report(args, cores: int, ranks: list[int], rows: dict, effs: list[float]) ->
     print(
         f"\nLSTM LM demo preset, --parallel data --allreduce ring, {args.steps} steps per run (words/s after the "
         f"first {args.log_every}), medians of {args.repeats} interleaved repeats [min-max]; this machine: 1 node, "
-        f"{cores} cores; node efficiency with {cores} ranks at once {np.median(effs):.2f} [{min(effs):.2f}-{max(effs):.2f}]"
+        f"{cores} cores"
     )
+    for i, name in enumerate((f"efficiency ({cores} ranks at once)", "sharing (2 ranks time-sharing a core)")):
+        v = [e[i] for e in effs]
+        print(f"node {name}: {np.median(v):.2f} [{min(v):.2f}-{max(v):.2f}]")
     print(f"{'p':>3}{'measured words/s':>28}{'predicted words/s':>28}{'pred./meas.':>13}{'  [min-max]':<14}"
           f"{'no-load model':>14}{'other tasks':>12}")  # fmt: skip
     spread = lambda v: f"[{min(v):,.0f}-{max(v):,.0f}]"  # noqa: E731
@@ -285,7 +306,8 @@ def save(args, cores: int, rows: dict, effs: list[float], params: dict) -> None:
         "command": "python benchmarks/simulate_validation.py " + " ".join(sys.argv[1:]),
         "machine": f"{cpu.get('model', '?')}, {cores} cores, {blas.get('internal_api', '?')} "
         f"{blas.get('architecture', '?')} kernel, load average {os.getloadavg()[0]:.1f} at the end",
-        "efficiency": effs,
+        "efficiency": [e[0] for e in effs],
+        "sharing": [e[1] for e in effs],
         "calibration": {str(p): {"alpha": c.alpha, "beta": c.beta, "gamma": c.gamma} for p, c in params.items()},
         "rows": [{"p": p, **r} for p, r in rows.items()],
     }
@@ -382,7 +404,7 @@ def main() -> None:
     ap.add_argument("--part", choices=("here", "articles", "all"), default="all")
     ap.add_argument("--repeats", type=int, default=5, help="interleaved repeats of every measurement (median)")
     ap.add_argument("--steps", type=int, default=200, help="training steps per real run")
-    ap.add_argument("--profile-steps", type=int, default=10)
+    ap.add_argument("--profile-steps", type=int, default=30, help="steps of each profile (one before, one after a run)")
     ap.add_argument("--log-every", type=int, default=25, help="the trainer's log interval (the first is warm-up)")
     ap.add_argument("--json", default=None, help="save the real runs here (docs/data/simulate_validation_here.json)")
     ap.add_argument("--networks", default="1gbe,10gbe,25gbe,ib-fdr", help="(a): networks to try")

@@ -252,13 +252,15 @@ def total_bytes(algorithm: str, p: int, nbytes: int) -> int:
 
 
 # -- calibration ------------------------------------------------------------------------------------
-def _exchange_time(comm: Any, nbytes: int, repeats: int, batch: int = 10, buffers: int = 1) -> float:
+def _exchange_time(
+    comm: Any, nbytes: int, repeats: int, batch: int = 10, buffers: int = 1, before: Callable[[], None] | None = None
+) -> float:
     """Seconds per step of a ring of Sendrecv, every rank sending ``nbytes`` right and receiving from the left.
 
     With p = 2 this is a ping-pong in both directions at once. Every rank takes part, as in the
     algorithms, so that with more ranks than cores the scheduler's delays are measured too. The
     steps cycle through ``buffers`` pairs of buffers (several, to measure long messages out of cache).
-    Median over ``repeats`` batches of ``batch`` steps.
+    Median over ``repeats`` batches of ``batch`` steps, ``before()`` (untimed) ahead of each batch.
     """
     rank, p = comm.Get_rank(), comm.Get_size()
     right, left = (rank + 1) % p, (rank - 1) % p
@@ -267,11 +269,24 @@ def _exchange_time(comm: Any, nbytes: int, repeats: int, batch: int = 10, buffer
     comm.Sendrecv(send[0], right, 0, recv[0], left, 0)  # warm up the connections
     times = []
     for _ in range(repeats):
+        if before is not None:
+            before()
         t0 = time.perf_counter()
         for i in range(batch):
             comm.Sendrecv(send[i % buffers], right, 0, recv[i % buffers], left, 0)
         times.append((time.perf_counter() - t0) / batch)
     return float(np.median(times))
+
+
+def _cooled(comm: Any) -> Callable[[], None]:
+    """What ``calibrate(cold=True)`` runs before each measurement: a pass over COLD_BYTES, then a barrier."""
+    buffer = np.zeros(COLD_BYTES // 4, np.float32)
+
+    def before() -> None:
+        np.add(buffer, 1.0, out=buffer)
+        comm.Barrier()
+
+    return before
 
 
 def _reduction_time(nbytes: int, repeats: int) -> float:
@@ -285,20 +300,26 @@ def _reduction_time(nbytes: int, repeats: int) -> float:
     return float(np.median(times)) / nbytes
 
 
-def _round_time(comm: Any, repeats: int) -> float:
-    """Seconds per round of a ring allreduce of 8 bytes (2 (p - 1) rounds): a message plus the Python around it."""
+def _round_time(comm: Any, repeats: int, before: Callable[[], None] | None = None) -> float:
+    """Seconds per round of a ring allreduce of 8 bytes (2 (p - 1) rounds): a message plus the Python around it.
+    Median over ``repeats`` calls, ``before()`` (untimed) ahead of each."""
     from collectives.algorithms.ring import allreduce
 
     x = np.zeros(2, dtype=np.float32)
     times = []
     for _ in range(repeats):
+        if before is not None:
+            before()
         t0 = time.perf_counter()
         allreduce(comm, x, np.add)
         times.append(time.perf_counter() - t0)
     return float(np.median(times)) / (2 * (comm.Get_size() - 1))
 
 
-def calibrate(comm: Any, large: int = 1 << 24, repeats: int = 10, apply: bool = True) -> CostParams:
+COLD_BYTES = 64 << 20  # what ``calibrate(cold=True)`` streams through before each measurement: twice a 32 MiB L3
+
+
+def calibrate(comm: Any, large: int = 1 << 24, repeats: int = 10, apply: bool = True, cold: bool = False) -> CostParams:
     """Measure alpha, beta (exchanges of 8 and ``large`` bytes) and gamma (np.add); every rank gets the same.
 
     alpha is the time of an 8-byte exchange step or, if larger, of one round of a short ring
@@ -307,14 +328,27 @@ def calibrate(comm: Any, large: int = 1 << 24, repeats: int = 10, apply: bool = 
     past the caches, as the long messages these two matter for are. Every rank measures, and all
     take the slowest rank's numbers (a max-allreduce), so "auto" chooses alike everywhere. A
     collective call: every rank of ``comm`` must call it. With ``apply``, "auto" uses the result.
+
+    Back to back (the default), the exchanges find the previous one's state warm: the buffers and page
+    tables in cache, every rank polling. A training step calls its collectives once, after its compute,
+    and there they cost more (measured here at p = 2: a ring allreduce of 2.4 MB took 0.56 ms back to back
+    and 1.1-1.3 ms after 30 ms of compute or of sleep, even behind a barrier and a first small call).
+    ``cold``: every measurement follows a pass over ``COLD_BYTES`` on every rank and a barrier, as a step's
+    exchange follows its backward; the constants are then those of such a call (docs/simulator-validation.md).
     """
     from collectives.algorithms.tree import allreduce
 
     values = DEFAULT.as_array()
     if comm.Get_size() >= 2:
-        alpha = _exchange_time(comm, 8, repeats * 10)
-        values[0] = max(alpha, _round_time(comm, repeats * 10))
-        values[1] = max(_exchange_time(comm, large, repeats, batch=3, buffers=3) - alpha, 0.0) / large
+        if cold:  # a round of a step's ring, after compute (a lone exchange after the barrier would also
+            before = _cooled(comm)  # measure how far apart the ranks leave it: with more ranks than cores, ms)
+            alpha = values[0] = _round_time(comm, repeats * 10, before)
+            large_s = _exchange_time(comm, large, repeats, batch=1, buffers=3, before=before)
+        else:
+            alpha = _exchange_time(comm, 8, repeats * 10)
+            values[0] = max(alpha, _round_time(comm, repeats * 10))
+            large_s = _exchange_time(comm, large, repeats, batch=3, buffers=3)
+        values[1] = max(large_s - alpha, 0.0) / large
     values[2] = _reduction_time(large, repeats)
     params = CostParams(*map(float, allreduce(comm, values, np.maximum)))
     if apply:

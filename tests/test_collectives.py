@@ -272,14 +272,29 @@ def test_cost_model_formulas():
         cost.terms("butterfly", 4, 1)
 
 
-def test_calibrate_gives_every_rank_the_same_parameters():
-    before = cost.get_params()
+@pytest.mark.parametrize("cold", [False, True])
+def test_calibrate_gives_every_rank_the_same_parameters(cold, monkeypatch):
+    before, passes = cost.get_params(), []
+    cooled = cost._cooled
+    monkeypatch.setattr(cost, "COLD_BYTES", 1 << 16)  # small: this test checks the path, not the machine
+
+    def counted(comm):
+        work = cooled(comm)
+
+        def before_each():
+            passes.append(comm.Get_rank())
+            work()
+
+        return before_each
+
+    monkeypatch.setattr(cost, "_cooled", counted)
     try:
-        res = collectives.simulate(3, lambda comm: cost.calibrate(comm, large=1 << 12, repeats=3))
+        res = collectives.simulate(3, lambda comm: cost.calibrate(comm, large=1 << 12, repeats=3, cold=cold))
     finally:
         cost.set_params(before)
     assert all(r == res[0] for r in res)
     assert res[0].alpha > 0 and res[0].beta >= 0 and res[0].gamma > 0
+    assert len(passes) == (3 * (30 + 3) if cold else 0)  # cold: before every timed call on every rank
 
 
 # -- errors ----------------------------------------------------------------------------------------

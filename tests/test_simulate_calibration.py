@@ -44,14 +44,20 @@ def test_the_simulated_step_follows_the_calibration():
 
 
 def test_ranks_beyond_the_cores_and_other_work_share_the_cores():
-    """Busy-polling ranks are always runnable and keep their cores: the slowest of p ranks and L other tasks on
-    c cores gets 1 / ceil((p + L) / c) of one (node.py)."""
-    no_load = [NodeSpec(ranks_per_node=p, cores=2, load=0).rank_speedup for p in (1, 2, 3, 4, 5)]
-    assert no_load == pytest.approx([1, 1, 1 / 2, 1 / 2, 1 / 3])  # 3 ranks on 2 cores: one core holds two
-    assert no_load == pytest.approx([NodeSpec(ranks_per_node=p, cores=min(p, 2)).rank_speedup for p in (1, 2, 3, 4, 5)])
-    # 12 other tasks: the profiled rank had 1/7 of a core (13 tasks, 7 on the busier core), each of 4 ranks 1/8
-    assert NodeSpec(ranks_per_node=4, cores=2, load=12).rank_speedup == pytest.approx(7 / 8)
-    assert NodeSpec(ranks_per_node=4, cores=2, load=0.4).rank_speedup == 0.5  # a load is counted in whole tasks
+    """Busy-polling ranks are always runnable: p ranks and L other tasks share c cores fairly, and a rank that
+    time-shares a core keeps ``sharing`` of its speed (node.py)."""
+    no_load = [NodeSpec(ranks_per_node=p, cores=2, load=0).rank_speedup for p in (1, 2, 3, 4)]
+    assert no_load == pytest.approx([1, 1, 2 / 3, 1 / 2])
+    assert no_load == pytest.approx([NodeSpec(ranks_per_node=p, cores=min(p, 2)).rank_speedup for p in (1, 2, 3, 4)])
+    shared = [NodeSpec(ranks_per_node=p, cores=2, load=0, sharing=0.8).rank_speedup for p in (1, 2, 3, 4)]
+    assert shared == pytest.approx([1, 1, 0.8 * 2 / 3, 0.8 / 2])  # only where ranks outnumber the cores
+    # 12 other tasks: the profiled rank had 2/13 of a core, each of 4 ranks gets 2/16; both time-shared
+    assert NodeSpec(ranks_per_node=4, cores=2, load=12).rank_speedup == pytest.approx(13 / 16)
+    assert NodeSpec(ranks_per_node=4, cores=2, load=12, sharing=0.5).rank_speedup == pytest.approx(13 / 16)
+    assert NodeSpec(ranks_per_node=1, cores=2, load=1, sharing=0.5).rank_speedup == 1  # 2 tasks, 2 cores
+    assert NodeSpec(ranks_per_node=2, cores=2, load=1, sharing=0.5).rank_speedup == pytest.approx(0.5 * 2 / 3)
     assert NodeSpec(ranks_per_node=1, cores=28, efficiency=0.5).rank_speedup == 14  # threads: fewer ranks than cores
+    with pytest.raises(ValueError, match="sharing"):
+        NodeSpec(sharing=1.5)
     with pytest.raises(ValueError, match="load"):
         NodeSpec(load=-1)

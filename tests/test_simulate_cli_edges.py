@@ -2,6 +2,8 @@
 --efficiency, --fusion-mb, --num-steps, --batch-size are one line naming the flag, and a huge --nodes is refused
 with an estimate (of memory, or of time) instead of running for minutes or ending in a MemoryError."""
 
+import json
+
 import pytest
 
 from minidl.simulate import cli
@@ -24,10 +26,21 @@ def test_a_torus_runs_on_the_nodes_its_dims_hold(capsys):
     assert "--nodes 8: --dims (4, 4) holds 16 nodes (give --nodes 16)" in err
 
 
+def test_sharing_slows_only_ranks_beyond_the_cores(capsys):
+    rows = {}
+    for sharing in ("1", "0.5"):
+        flags = ["--ranks-per-node", "4", "--cores-per-node", "2", "--sharing", sharing, "--nodes", "1", "--json"]
+        assert main(["lm", *DESCRIBED, *flags]) == 0
+        rows[sharing] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rows["0.5"]["compute_s"] == pytest.approx(2 * rows["1"]["compute_s"])
+
+
 @pytest.mark.parametrize(
     "flag,value,words",
     [
         ("--efficiency", "2", "--efficiency: 2 is above 1"),
+        ("--sharing", "1.5", "--sharing: 1.5 is above 1"),
+        ("--sharing", "0", "--sharing: '0' is not a positive number"),
         ("--fusion-mb", "-1", "--fusion-mb: -1.0 is not a positive number"),
         ("--num-steps", "0", "--num-steps: 0 is not a positive integer"),
         ("--batch-size", "-3", "--batch-size: -3 is not a positive integer"),

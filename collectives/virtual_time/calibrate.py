@@ -5,7 +5,8 @@
         print(collectives.allreduce_time('ring', 64, 1 << 20, params=cost.load_params('calibration.json')))"
 
 cost.calibrate does the measuring (an exchange of short and of long messages among all ranks, a
-ping-pong both ways at p = 2, and np.add for gamma; every rank takes the slowest rank's numbers);
+ping-pong both ways at p = 2, and np.add for gamma; every rank takes the slowest rank's numbers;
+``--cold``: each exchange after a pass over 64 MiB and a barrier, as a training step's comes after its compute);
 rank 0 writes the JSON (cost.save_params: alpha, beta, gamma, and what they were measured on).
 """
 
@@ -28,6 +29,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", default=None, help="JSON file to write (default: print only)")
     parser.add_argument("--large", default="16M", help="long message size for beta and gamma (default 16M)")
     parser.add_argument("--repeats", type=int, default=10, help="batches per measurement (median; default 10)")
+    parser.add_argument(
+        "--cold",
+        action="store_true",
+        help="measure each exchange after a pass over 64 MiB and a barrier, as a training step's comes after its "
+        "compute (default: back to back)",
+    )
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error(f"--repeats must be a positive integer, got {args.repeats}")
@@ -47,9 +54,10 @@ def main(argv: list[str] | None = None, comm: Any = None) -> cost.CostParams:
         from mpi4py import MPI
 
         comm = MPI.COMM_WORLD
-    params = cost.calibrate(comm, large=args.large, repeats=args.repeats, apply=False)
+    params = cost.calibrate(comm, large=args.large, repeats=args.repeats, apply=False, cold=args.cold)
     if comm.Get_rank() == 0:
         about = {"p": comm.Get_size(), "host": platform.node(), "large": args.large, "date": time.strftime("%Y-%m-%d")}
+        about["cold"] = args.cold
         print(
             f"p={comm.Get_size()}: alpha {params.alpha * 1e6:.3g} us, beta {params.beta * 1e9:.3g} ns/B "
             f"({1e-9 / params.beta if params.beta else float('inf'):.3g} GB/s), gamma {params.gamma * 1e9:.3g} ns/B"

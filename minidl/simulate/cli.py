@@ -66,6 +66,11 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("--cores-per-node", help="cores of a node (default: one per rank)")
     n.add_argument("--core-speed", default="1", help="speed of a core relative to this machine's (default 1)")
     n.add_argument("--efficiency", default="1", help="fraction of the ideal speed-up from a rank's cores (default 1)")
+    n.add_argument(
+        "--sharing",
+        default="1",
+        help="with more ranks per node than cores: the speed a rank keeps while it time-shares a core (default 1)",
+    )
     t = p.add_argument_group("profile (default: measured here on the trainer's preset)")
     t.add_argument("--profile", help="a profile JSON file, or a description params=N,rate=R,batch=B[,unit=images]")
     t.add_argument("--save-profile", metavar="FILE", help="write the profile used as JSON")
@@ -109,9 +114,11 @@ def node_spec(args: argparse.Namespace) -> NodeSpec:
     cores = number_list("--cores-per-node", args.cores_per_node)[0] if args.cores_per_node else None
     (speed,) = number_list("--core-speed", args.core_speed, float)
     (eff,) = number_list("--efficiency", args.efficiency, float)
-    if eff > 1:
-        raise UsageError(f"--efficiency: {args.efficiency} is above 1 (a fraction of the ideal speed-up: 0 < e <= 1)")
-    return NodeSpec(ranks, cores, speed, eff)
+    (sharing,) = number_list("--sharing", args.sharing, float)
+    for flag, value in (("--efficiency", eff), ("--sharing", sharing)):
+        if value > 1:
+            raise UsageError(f"{flag}: {value:g} is above 1 (a fraction of the ideal speed: 0 < s <= 1)")
+    return NodeSpec(ranks, cores, speed, eff, sharing=sharing)
 
 
 TASK_SIZES = ("batch_size", "num_steps", "hidden_size", "layers", "vocab", "depth", "width", "profile_steps")

@@ -14,34 +14,35 @@ times as fast as the profiled one, and every compute time of the profile is divi
 Ranks beyond the cores, and other work (``load``: runnable processes that are not ranks, as on this
 machine while it was profiled; None, the default, counts the ranks alone). A rank never leaves its core: it
 computes, or it waits in MPI by busy-polling (MPICH's shared-memory progress), so every rank is always
-runnable. The OS spreads the k runnable tasks over the c cores as evenly as it can, so the busiest core holds
-ceil(k / c) of them and shares its time among them; a rank that finishes its compute first busy-polls and
-keeps its core, so the ranks of the busiest core are not helped by it, and a synchronous step waits for them.
-The slowest rank gets
+runnable, and the OS shares the cores fairly among the ranks and the load. A single-threaded rank gets
 
-    share(k) = 1 / ceil(k / c)   of a core (1 while k <= c), with k = ranks_per_node + load (load rounded),
+    share(k) = min(1, c / k)   of a core, with k = ranks_per_node + load,
 
-and the profiled rank got share(1) (profiled here, alone, under the same load), so
+and while it time-shares a core (k > c) it keeps only ``sharing`` of that share's speed: each switch
+between ranks refills the caches. The profiled rank got share(1 + load) (profiled here, alone, under the
+same load), so
 
-    speedup = core_speed * efficiency * share(ranks_per_node + load) / share(1 + load).
+    speedup = core_speed * efficiency * share(ranks_per_node + load) s(ranks_per_node + load)
+              / (share(1 + load) s(1 + load)),     s(k) = sharing if k > c else 1,
 
-With more ranks than cores this replaces cores / ranks_per_node: 3 ranks on 2 cores compute at half speed,
-not two thirds (measured here: docs/simulator-validation.md). ``efficiency`` is then what ranks running at
-once on the node's cores cost each other (memory bandwidth, shared caches): measure it as one rank's compute
-time alone over its time while the other cores run ranks too.
+which is cores / ranks_per_node again with no load and sharing 1. ``efficiency`` is what ranks running at
+once on the node's cores cost each other (memory bandwidth, shared caches), ``sharing`` what time-sharing
+a core costs; benchmarks/simulate_validation.py measures both here (one profile alone against one per core
+at once, and against two pinned to one core) and docs/simulator-validation.md shows why both matter: with
+3 and 4 ranks on 2 cores the slowest rank computed 1.6-1.9x and 2.3-2.5x as long as one rank alone, where
+the fair share alone says 1.5x and 2x.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from minidl.simulate.profile import Profile
 
 
-def share(tasks: int, cores: int) -> float:
-    """The share of a core the slowest of ``tasks`` always-runnable single-threaded tasks gets on ``cores``."""
-    return 1.0 / max(1, math.ceil(tasks / cores))
+def share(tasks: float, cores: int) -> float:
+    """The share of a core each of ``tasks`` always-runnable single-threaded tasks gets on ``cores``: fair."""
+    return min(1.0, cores / tasks)
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class NodeSpec:
     core_speed: float = 1.0
     efficiency: float = 1.0
     load: float | None = None  # runnable processes besides single-threaded ranks (module doc); None: no such model
+    sharing: float = 1.0  # the speed a rank keeps while it time-shares a core (module doc)
 
     def __post_init__(self) -> None:
         checks = {
@@ -61,10 +63,11 @@ class NodeSpec:
             "--core-speed": (self.core_speed, self.core_speed > 0),
             "--efficiency": (self.efficiency, 0 < self.efficiency),
             "load": (self.load, self.load is None or self.load >= 0),
+            "sharing": (self.sharing, 0 < self.sharing <= 1),
         }
         for flag, (value, ok) in checks.items():
             if not ok:
-                sign = "non-negative" if flag == "load" else "positive"
+                sign = {"load": "non-negative", "sharing": "in (0, 1]"}.get(flag, "positive")
                 raise ValueError(f"{flag}: must be {sign}{' integer' if 'node' in flag else ''}, got {value}")
 
     @property
@@ -74,11 +77,11 @@ class NodeSpec:
     @property
     def rank_speedup(self) -> float:
         """How many times as fast as the profiled rank one rank of this node computes."""
-        c, k = self.node_cores, self.ranks_per_node
-        if self.load is None:
-            return self.core_speed * self.efficiency * (c / k if k <= c else share(k, c))
-        load = round(self.load)
-        return self.core_speed * self.efficiency * share(k + load, c) / share(1 + load, c)
+        c, k, load = self.node_cores, self.ranks_per_node, self.load or 0.0
+        if self.load is None and k <= c:
+            return self.core_speed * self.efficiency * c / k  # threads: a rank may use several cores
+        speed = lambda tasks: share(tasks, c) * (self.sharing if tasks > c else 1.0)  # noqa: E731
+        return self.core_speed * self.efficiency * speed(k + load) / speed(1 + load)
 
     def apply(self, profile: Profile) -> Profile:
         return profile if self.rank_speedup == 1.0 else profile.scaled(self.rank_speedup)

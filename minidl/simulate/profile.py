@@ -88,6 +88,8 @@ class Profile:
     activation_bytes: int = 0  # at a layer boundary, for the step's batch (pipeline and tensor parallelism's messages)
     layers: int = 1  # layers a tensor-parallel step allreduces activations for (twice each)
     sequential: int = 1  # exchanges per layer and step in tensor parallelism: an RNN's time steps (each its own)
+    mean_step_s: float = 0.0  # measured: the mean of the profiled steps' F + B + U (0: not measured)
+    step_cv: float = 0.0  # measured: their coefficient of variation (std / mean), a rank's jitter from step to step
 
     @property
     def compute_s(self) -> float:
@@ -109,7 +111,13 @@ class Profile:
             backward_s=self.backward_s / s,
             update_s=self.update_s / s,
             buckets=buckets,
+            mean_step_s=self.mean_step_s / s,
         )
+
+    def at_mean(self) -> Profile:
+        """The profile at its mean step rather than its fastest phases (a real run's items/s are a mean over its
+        steps): every time scaled by mean_step_s / compute_s; itself where the mean was not measured."""
+        return self.scaled(self.compute_s / self.mean_step_s) if self.mean_step_s else self
 
     def describe(self) -> str:
         sizes = ", ".join(f"{b.nbytes / 2**20:.2f} MiB ready at {1e3 * b.ready_s:.1f} ms" for b in self.buckets)
@@ -271,7 +279,8 @@ def capture(
     buckets = fusion_plan(optimizer, fusion_bytes)
     with threadpool_limits(limits=1, user_api="blas"):  # one rank = one core, as the trainer's ranks run
         runs = [_one_step(forward, update, buckets, model) for _ in range(steps + 1)][1:]
-    spread = judge_spread([r[0] + r[1] + r[2] for r in runs], max_spread)
+    totals = [r[0] + r[1] + r[2] for r in runs]
+    spread = judge_spread(totals, max_spread)
     fwd, bwd, upd = (float(np.min([r[i] for r in runs])) for i in range(3))
     # ready times as fractions of each step's backward, so that one slow step does not shift them
     frac = np.median([np.asarray(r[3]) / max(r[1], 1e-12) for r in runs], axis=0)
@@ -281,7 +290,9 @@ def capture(
         BucketProfile(int(b.nbytes), float(min(f, 1.0) * bwd), float(s), int(k), _row_bytes(b) if b.rows else 0)
         for b, f, s, k in zip(buckets, frac, pack, rows)
     )
-    return Profile(task, unit, int(items), fwd, bwd, upd, profiled, f"{source}, minimum of {steps} steps, {spread}")
+    source = f"{source}, minimum of {steps} steps, {spread}"
+    mean, cv = float(np.mean(totals)), float(np.std(totals) / max(np.mean(totals), 1e-12))
+    return Profile(task, unit, int(items), fwd, bwd, upd, profiled, source, mean_step_s=mean, step_cv=cv)
 
 
 def judge_spread(totals: list[float], max_spread: float | None) -> str:
