@@ -290,8 +290,12 @@ def report(args, cores: int, ranks: list[int], rows: dict, effs: list[float]) ->
     note = busy_note({str(p): r["measured"] for p, r in rows.items()})
     print(f"measured: {note}; other runnable tasks (median of the runs) beside the ranks shown; "
           f"load average now {os.getloadavg()[0]:.1f} on {cores} cores")  # fmt: skip
-    if "busy" in note:
+    others = max(np.median(r["other_tasks"]) for r in rows.values())
+    if "busy" in note and others >= 0.5:
         print("note: the machine was too loaded to hold the prediction to 10%: the repeats alone vary by more")
+    elif "busy" in note:
+        print("note: the repeats spread by more than 20% though no other task ran (this machine's pace drifts from one "
+              "minute to the next): compare the medians, not single repeats")  # fmt: skip
 
 
 def save(args, cores: int, rows: dict, effs: list[float], params: dict) -> None:
