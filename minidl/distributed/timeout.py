@@ -197,17 +197,12 @@ class TimeoutComm:
 
     # -- new communicators carry the timeout
     def Dup(self) -> TimeoutComm:
-        return self._like(self.comm.Dup())
+        return TimeoutComm(self.comm.Dup(), self.seconds)
 
     Clone = Dup
 
     def Split(self, color: int = 0, key: int = 0) -> TimeoutComm:
-        return self._like(self.comm.Split(color, key))
-
-    def _like(self, comm: Any) -> TimeoutComm:
-        made = TimeoutComm(comm, self.seconds)
-        made.spins = self.spins
-        return made
+        return TimeoutComm(self.comm.Split(color, key), self.seconds)
 
     # -- the deadline
     def wait(self, pending: Sequence[tuple[Any, Any]], call: str, peers: Sequence[int] | None = None) -> None:
@@ -272,8 +267,7 @@ def busy_polls(comm: Any) -> float:
     communicator when the ranks the launcher put on this node do not outnumber its cores, else ``SPINS``."""
     from minidl.threads import ranks_on_this_node
 
-    MPI = sys.modules.get("mpi4py.MPI")
-    if MPI is not None and isinstance(comm, MPI.Comm) and ranks_on_this_node() <= (os.cpu_count() or 1):
+    if _mpi(comm) is not None and ranks_on_this_node() <= (os.cpu_count() or 1):
         return float("inf")
     return SPINS
 
@@ -284,10 +278,17 @@ def _test(request: Any, status: Any) -> bool:
     return bool(request.Test() if status is None else request.Test(status))
 
 
+def _mpi(comm: Any) -> Any:
+    """mpi4py.MPI if ``comm`` is one of its communicators, else None (an mpi4py communicator means mpi4py.MPI is
+    loaded; never load it here)."""
+    MPI = sys.modules.get("mpi4py.MPI")
+    return MPI if MPI is not None and isinstance(comm, MPI.Comm) else None
+
+
 def _wildcards(comm: Any) -> tuple[int, int]:
     """(ANY_SOURCE, ANY_TAG) of ``comm``'s kind: mpi4py's (they differ between MPI libraries) or the simulated one's."""
-    MPI = sys.modules.get("mpi4py.MPI")  # an mpi4py communicator means mpi4py.MPI is loaded; never load it here
-    if MPI is not None and isinstance(comm, MPI.Comm):
+    MPI = _mpi(comm)
+    if MPI is not None:
         return MPI.ANY_SOURCE, MPI.ANY_TAG
     from collectives.inprocess import ANY_SOURCE, ANY_TAG
 
