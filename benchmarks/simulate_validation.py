@@ -56,6 +56,7 @@ import numpy as np  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from benchmarks import validation_tables  # noqa: E402
 from collectives.cost import load_params  # noqa: E402
 from minidl.info import print_header  # noqa: E402
 from minidl.measure import busy_note  # noqa: E402
@@ -247,12 +248,14 @@ def part_here(args: argparse.Namespace) -> None:
             row["other_tasks"].append(load)
             row["split"].append(real.split)
             row["model"].append({"compute_s": t.compute_s, "comm_s": t.comm_s})
-    report(args, cores, ranks, rows, effs)
+    report(args, cores, ranks, rows, effs, profile.items)
     if args.json:
         save(args, cores, rows, effs, params)
 
 
-def report(args, cores: int, ranks: list[int], rows: dict, effs: list[float]) -> None:
+def report(args, cores: int, ranks: list[int], rows: dict, effs: list[float], items: int) -> None:
+    """The comparison (benchmarks/validation_tables.py's table), the no-load model, and where a step's time goes;
+    ``items``: words per rank per step."""
     print(
         f"\nLSTM LM demo preset, --parallel data --allreduce ring, {args.steps} steps per run (words/s after the "
         f"first {args.log_every}), medians of {args.repeats} interleaved repeats [min-max]; this machine: 1 node, "
@@ -261,17 +264,10 @@ def report(args, cores: int, ranks: list[int], rows: dict, effs: list[float]) ->
     for i, name in enumerate((f"efficiency ({cores} ranks at once)", "sharing (2 ranks time-sharing a core)")):
         v = [e[i] for e in effs]
         print(f"node {name}: {np.median(v):.2f} [{min(v):.2f}-{max(v):.2f}]")
-    print(f"{'p':>3}{'measured words/s':>28}{'predicted words/s':>28}{'pred./meas.':>13}{'  [min-max]':<14}"
-          f"{'no-load model':>14}{'other tasks':>12}")  # fmt: skip
-    spread = lambda v: f"[{min(v):,.0f}-{max(v):,.0f}]"  # noqa: E731
-    for p in ranks:
-        r = rows[p]
-        m, q = np.median(r["measured"]), np.median(r["predicted"])
-        ratios = [b / a for a, b in zip(r["measured"], r["predicted"])]
-        print(
-            f"{p:>3}{m:>12,.0f} {spread(r['measured']):>15}{q:>12,.0f} {spread(r['predicted']):>15}{q / m:>12.2f}x"
-            f"  [{min(ratios):.2f}-{max(ratios):.2f}]{np.median(r['no_load']) / m:>13.2f}x{np.median(r['other_tasks']):>12.1f}"
-        )
+    table = validation_tables.here_table([{"p": p, **rows[p]} for p in ranks])  # the docs' and tutorial's printer
+    print("\n".join(table))
+    flat = ", ".join(f"p={p} {np.median(rows[p]['no_load']) / np.median(rows[p]['measured']):.2f}x" for p in ranks)
+    print(f"no-load model (other tasks taken as 0), pred./meas.: {flat}")
     print(
         "\nwhere a step's time goes, ms (medians; measured: rank 0's DistributedOptimizer clock, compute includes the"
     )
@@ -283,7 +279,7 @@ def report(args, cores: int, ranks: list[int], rows: dict, effs: list[float]) ->
         r = rows[p]
         m = {k: 1e3 * np.median([s[k] for s in r["split"]]) for k in ("comp_s", "wait_s", "comm_s")}
         c, x = (1e3 * np.median([s[k] for s in r["model"]]) for k in ("compute_s", "comm_s"))
-        step = 1e3 * p * 400 / np.median(r["measured"])
+        step = 1e3 * p * items / np.median(r["measured"])
         print(
             f"{p:>3}{m['comp_s']:>19.1f}{m['wait_s']:>7.1f}{m['comm_s']:>7.1f}{step:>7.1f}   {c:>18.1f}{x:>7.1f}{c + x:>7.1f}"
         )
