@@ -209,7 +209,7 @@ def predict(profile, p: int, params, cores: int, load_profile: float, load_run: 
     step varying as the profiled steps did (its CV as
     ``--jitter``: the step waits for the slowest rank); the profile, measured beside ``load_profile`` other
     tasks, first brought to the run's load (node.py's share)."""
-    profile = profile.scaled(node_share(1 + round(load_run), cores) / node_share(1 + round(load_profile), cores))
+    profile = profile.scaled(node_share(1 + load_run, cores) / node_share(1 + load_profile, cores))
     eff, sharing = node
     spec = NodeSpec(p, cores, efficiency=eff if min(p, cores) > 1 else 1.0, load=load_run, sharing=sharing)
     scheme = Scheme("data", "ring", variation=Variation(jitter=profile.step_cv))
