@@ -301,7 +301,11 @@ def main(argv: list[str] | None = None) -> list[dict] | dict:
     parser = argparse.ArgumentParser(prog="python -m collectives.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", help="bytes per rank, comma-separated (1K, 4M, ...; default: from the machine)")
     parser.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S, help="seconds in all, shared by the sizes")
-    parser.add_argument("--algorithms", default="auto," + ",".join(collectives.ALGORITHMS))
+    parser.add_argument(
+        "--algorithms",
+        default="auto," + ",".join(collectives.ALGORITHMS),
+        help="comma-separated, beside MPI's own Allreduce (the mpi row, always measured)",
+    )
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--repeats", type=int, default=None, help="timed repeats per size (default: by size)")
     parser.add_argument("--no-check", action="store_true", help="skip the agreement check (check=False)")
@@ -311,6 +315,11 @@ def main(argv: list[str] | None = None) -> list[dict] | dict:
     parser.add_argument("--torch-gloo", action="store_true", help="add torch.distributed gloo's all_reduce time")
     parser.add_argument("--gloo-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    known = ("auto", *collectives.ALGORITHMS)
+    algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip() and a.strip() != "mpi"]
+    unknown = [a for a in algorithms if a not in known]
+    if unknown:  # every rank parses the same flags: each stops here, before any message
+        parser.error(f"--algorithms: unknown {', '.join(map(repr, unknown))}: expected mpi or {', '.join(known)}")
     if args.gloo_worker:
         return gloo_worker([parse_size(s) for s in args.sizes.split(",")], np.dtype(args.dtype), args.repeats)
     comm = MPI.COMM_WORLD
@@ -323,7 +332,6 @@ def main(argv: list[str] | None = None) -> list[dict] | dict:
     comm.Barrier()  # every rank has its Ctrl-C handler before the plan says Ctrl-C stops it
     if rank == 0:  # the plan first (on stderr under --json, so that stdout stays one JSON document)
         print(describe(p, cores, sizes, args.budget, human), file=sys.stderr if args.json else sys.stdout, flush=True)
-    algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
     params = cost.get_params() if args.no_calibrate else cost.calibrate(comm)
     if rank == 0 and not args.json:
         print(

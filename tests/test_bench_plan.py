@@ -33,3 +33,14 @@ def test_ctrl_c_under_mpiexec_stops_the_benchmark(tmp_path):
     code, out = interrupt(command, tmp_path, after="# plan:", timeout=90)
     assert code == 130, out
     assert "# interrupted (Ctrl-C):" in out and "Traceback" not in out, out
+
+
+def test_an_unknown_algorithm_is_one_line_before_any_message(capsys):
+    """--algorithms mpi is accepted (its row is always there); a misspelt name is a usage error naming it."""
+    from collectives.bench import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["--algorithms", "ring,rign", "--sizes", "8"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "--algorithms: unknown 'rign': expected mpi or auto, " in err
