@@ -14,7 +14,9 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import inspect
+import math
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,16 +41,29 @@ def load_function(target: str) -> Callable[..., Any]:
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         sys.path.insert(0, str(path.parent.resolve()))  # the user's file may import its neighbours
-        spec.loader.exec_module(module)
+        _import(where, lambda: spec.loader.exec_module(module))  # type: ignore[union-attr]
     else:
-        try:
-            module = importlib.import_module(where)
-        except ImportError as exc:
-            raise UsageError(f"cannot import {where}: {exc}") from None
+        module = _import(where, lambda: importlib.import_module(where))
     fn = getattr(module, name, None)
     if not callable(fn):
         raise UsageError(f"{where} has no function {name!r}")
     return fn
+
+
+KIT_FRAMES = ("importlib", "<frozen")  # frames of the import machinery, not of the user's module
+
+
+def _import(where: str, load: Callable[[], Any]) -> Any:
+    """Run the user's module-level code; what it raises (a syntax error, an exception, sys.exit) is one line."""
+    try:
+        return load()
+    except SyntaxError as exc:
+        raise UsageError(f"cannot import {where}: SyntaxError at {exc.filename}:{exc.lineno}: {exc.msg}") from None
+    except (Exception, SystemExit) as exc:  # noqa: BLE001  (the user's module-level code may raise anything)
+        tb = traceback.extract_tb(exc.__traceback__)
+        user = [fr for fr in tb if fr.filename != __file__ and not any(k in fr.filename for k in KIT_FRAMES)]
+        line = f" at {user[-1].filename}:{user[-1].lineno}" if user else ""
+        raise UsageError(f"cannot import {where}: importing it raised {type(exc).__name__}: {exc}{line}") from None
 
 
 def check_signature(fn: Callable[..., Any], collective: str, inplace: bool) -> None:
@@ -62,6 +77,27 @@ def check_signature(fn: Callable[..., Any], collective: str, inplace: bool) -> N
         raise UsageError(f"{getattr(fn, '__name__', fn)} cannot be called as {signature}: {exc}") from None
     except ValueError:
         pass  # no signature to inspect (a builtin): let the run say
+
+
+MAX_THREAD_RANKS = 64  # in-process ranks are threads of one process: a ring at p = 128 takes 0.6 s a case here
+
+
+def bad_values(args: argparse.Namespace) -> str:
+    """The option value that cannot be run, said in one line, or "": checked before any case runs."""
+    from collectives.cost import ALGORITHMS
+
+    if args.seed is not None and args.seed < 0:
+        return f"--seed {args.seed}: a seed is a non-negative integer"
+    if not (math.isfinite(args.timeout) and args.timeout > 0):
+        return f"--timeout {args.timeout:g}: seconds a case may run, a positive number"
+    if args.max_ranks > MAX_THREAD_RANKS and not args.mpi:
+        return (
+            f"--max-ranks {args.max_ranks}: the in-process ranks are threads of one process, at most "
+            f"{MAX_THREAD_RANKS}; for more ranks run under mpiexec with --mpi"
+        )
+    if args.cost is not None and args.cost not in ALGORITHMS:
+        return f"--cost {args.cost}: not a package algorithm; expected one of {', '.join(ALGORITHMS)}"
+    return ""
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -83,18 +119,38 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.max_ranks < 1 or args.examples < 1:
         ap.error("--max-ranks and --examples must be at least 1")
+    bad = bad_values(args)
+    if bad:
+        ap.error(bad)
     if args.inplace and not COLLECTIVES[args.collective].inplace:
         ap.error(f"--inplace: {args.collective} has no in-place form")
     return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse(argv)  # argparse exits 2 on its own errors
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if any(a == "--grade" or a.startswith("--grade=") for a in argv):  # a class's files, each in its own process
+        from collectives.kit.grade import main as grade
+
+        return grade(argv)
+    try:
+        args = parse(argv)  # argparse exits 2 on its own errors
+    except SystemExit as stop:
+        if stop.code and "--mpi" in argv:
+            agree_usage("bad command line")  # the other ranks of the job learn of it too
+        raise
+    if args.mpi:
+        from mpi4py import MPI  # noqa: F401  (initialised before the user's module, which may set mpi4py.rc)
+    problem = ""
     try:
         fn = load_function(args.target)
         check_signature(fn, args.collective, args.inplace)
     except UsageError as exc:
-        print(f"collectives.check: {exc}", file=sys.stderr)
+        problem = str(exc)
+    if args.mpi:
+        problem = agree_usage(problem)
+    if problem:
+        print(f"collectives.check: {problem}", file=sys.stderr)
         return 2
     if args.mpi:
         from collectives.kit.mpi import check_mpi
@@ -112,6 +168,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     print(f"{args.target}: {report}")
     return 0
+
+
+def agree_usage(problem: str) -> str:
+    """Under MPI, whether any rank's command line failed, agreed by every rank before any case runs: the
+    ranks of an MPMD job (``mpiexec -n 1 ... a.py:f --mpi : -n 1 ... b.py:f --mpi``) may differ. MPI is
+    initialised here, before the user's module is imported on the ranks that got this far."""
+    import numpy as np
+    from mpi4py import MPI
+
+    flag = np.array([int(bool(problem))], np.int64)
+    MPI.COMM_WORLD.Allreduce(MPI.IN_PLACE, flag, op=MPI.MAX)
+    return problem or ("another rank's command line failed (its line says why)" if flag[0] else "")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -54,7 +55,11 @@ def describe_failure(
     lines += ["messages, step by step (the same function on traceable int64 values, p and n as above):"]
     table, traced = step_table(fn, case, timeout)
     lines += ["  " + row for row in table]
-    path = _diagram(traced or outcome, diagram, outcome.first_wrong)
+    try:
+        path = _diagram(traced or outcome, diagram, outcome.first_wrong)
+    except OSError as exc:  # a folder that cannot be made or written: the report is printed all the same
+        path = None
+        lines.append(f"space-time diagram not saved: {type(exc).__name__}: {exc}")
     if path:
         lines.append(f"space-time diagram of the failing run: {path}")
     lines.append(f"reproduce: collectives.testing.run_case(fn, collectives.testing.{case!r})")
@@ -167,6 +172,7 @@ def _diagram(outcome: Outcome, path: str | None, first_wrong: tuple[int, int] | 
         c = outcome.case
         title = f"{c.collective}, p = {c.p}, n = {c.n}" + (", traceable values" if c.values == "traceable" else "")
         labels = [describe(m.data) if m.data is not None else "" for m in outcome.messages]
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
         spacetime(outcome.messages, c.p, path, title=title, highlight=marked, labels=labels)
     except ImportError:
         return None
