@@ -101,3 +101,65 @@ class TorchResNet(nn.Module):
         x = torch.relu(self.bn1(self.conv1(x)))
         x = self.layer3(self.layer2(self.layer1(x)))
         return self.fc(x.mean(dim=(2, 3)))
+
+
+class TorchBottleneck(nn.Module):
+    """torchvision's Bottleneck (v1.5: the stride on the 3x3), written from its documented layout."""
+
+    expansion = 4
+
+    def __init__(self, in_planes: int, planes: int, stride: int):
+        super().__init__()
+        out = planes * self.expansion
+        self.conv1 = nn.Conv2d(in_planes, planes, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.conv2 = nn.Conv2d(planes, planes, 3, stride, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.conv3 = nn.Conv2d(planes, out, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(out)
+        self.downsample = None
+        if stride != 1 or in_planes != out:
+            self.downsample = nn.Sequential(nn.Conv2d(in_planes, out, 1, stride, bias=False), nn.BatchNorm2d(out))
+
+    def forward(self, x):
+        y = torch.relu(self.bn1(self.conv1(x)))
+        y = torch.relu(self.bn2(self.conv2(y)))
+        return torch.relu(self.bn3(self.conv3(y)) + (x if self.downsample is None else self.downsample(x)))
+
+
+TORCH_IMAGENET_DEPTHS = {
+    18: (TorchBasicBlock, [2, 2, 2, 2]),
+    34: (TorchBasicBlock, [3, 4, 6, 3]),
+    50: (TorchBottleneck, [3, 4, 6, 3]),
+    101: (TorchBottleneck, [3, 4, 23, 3]),
+    152: (TorchBottleneck, [3, 8, 36, 3]),
+}
+
+
+class TorchImageNetResNet(nn.Module):
+    """torchvision.models.resnetN's module tree (torchvision does not install beside this torch): 7x7/2 stem,
+    3x3/2 max pooling, four stages of 64..512 planes, average pooling, fc."""
+
+    def __init__(self, depth: int = 50, num_classes: int = 1000):
+        super().__init__()
+        block, stages = TORCH_IMAGENET_DEPTHS[depth]
+        expansion = getattr(block, "expansion", 1)
+        self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        self.relu = nn.ReLU()
+        self.maxpool = nn.MaxPool2d(3, 2, 1)
+        planes = 64
+        for s, n in enumerate(stages):
+            width = 64 * 2**s
+            blocks = [
+                block(planes if k == 0 else width * expansion, width, 2 if s > 0 and k == 0 else 1) for k in range(n)
+            ]
+            setattr(self, f"layer{s + 1}", nn.Sequential(*blocks))
+            planes = width * expansion
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(planes, num_classes)
+
+    def forward(self, x):
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(torch.flatten(self.avgpool(x), 1))

@@ -26,7 +26,7 @@ from minidl.nn.loss import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss, NLLLoss
 from minidl.nn.module import Module, Parameter, StateDictError
 from minidl.nn.norm import BatchNorm1d, BatchNorm2d
 from minidl.nn.pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
-from minidl.nn.resnet import BasicBlock, ResNet, resnet
+from minidl.nn.resnet import BasicBlock, Bottleneck, ResNet, resnet, resnet_imagenet
 from minidl.nn.rnn import LSTM, LSTMCell, LSTMLayer
 
 __all__ = [
@@ -43,6 +43,7 @@ __all__ = [
     "AvgPool2d",
     "BCEWithLogitsLoss",
     "BasicBlock",
+    "Bottleneck",
     "BatchNorm1d",
     "BatchNorm2d",
     "GhostBatchNorm2d",
@@ -70,4 +71,5 @@ __all__ = [
     "Tanh",
     "init",
     "resnet",
+    "resnet_imagenet",
 ]
