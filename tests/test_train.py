@@ -38,7 +38,7 @@ def test_lm_quick_learns_beyond_unigram(capsys):
     assert f"{r['test_ppl']:.2f}" in out
 
 
-def test_lm_resume_equals_uninterrupted(tmp_path):
+def test_lm_resume_equals_uninterrupted(tmp_path, capsys):
     """Stop mid-epoch (hidden state and dropout RNG in flight), resume across an epoch boundary: same bits."""
     base = [
         "--quick",
@@ -66,8 +66,9 @@ def test_lm_resume_equals_uninterrupted(tmp_path):
     assert resumed["test_ppl"] == straight["test_ppl"]
     with pytest.raises(AssertionError):  # the check can fail: 80 steps are not 130
         assert_same_params(first["params"], straight["params"])
-    with pytest.raises(ValueError, match="preset quick"):  # same model shapes, another preset's schedule
+    with pytest.raises(SystemExit):  # same model shapes, another preset's schedule: one line (issue 32)
         lm.main(base[1:] + ["--preset", "demo", "--resume", str(tmp_path / "a.npz")])
+    assert "--resume" in (err := capsys.readouterr().err) and "preset quick" in err and "Traceback" not in err
 
 
 def test_lm_float64_and_lr_schedule(capsys):

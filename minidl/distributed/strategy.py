@@ -30,7 +30,7 @@ import minidl.distributed as dist
 from minidl import amp, optim
 from minidl.distributed.comm import SingleProcess  # noqa: F401  (re-exported: the serial run's communicator)
 from minidl.nn.container import Sequential
-from minidl.nn.module import Module
+from minidl.nn.module import Module, StateDictError
 
 
 @dataclass
@@ -199,6 +199,7 @@ class Strategy:
         state: dict[str, Any] = {"epoch": pos.epoch, "window": pos.window, "step": pos.step, "preset": preset}
         state |= {"settings": units, "examples": pos.step * units["global_batch"]}
         state["config"] = {k: v for k, v in task.cfg.as_dict().items() if isinstance(v, (int, float, str, bool))}
+        state["program"] = task.name  # python -m minidl.train lm or cnn: a resume names another program's checkpoint
         path = path or self.args.save
         dist.save_checkpoint(path, self.model, self.base, None, state, rank_state, comm=self.ctx.comm)
 
@@ -207,6 +208,7 @@ class Strategy:
         taking G / Q of it (the LM's streams, the CNN's examples), so the data order goes on unchanged."""
         path, size = self.args.resume, self.ctx.size
         info = dist.checkpoint_info(path, comm=self.ctx.comm)
+        self.saved = info["state"]  # its settings: a resume whose model differs names the difference (resume)
         saved, global_batch = info["world_size"], info["state"].get("settings", {}).get("global_batch")
         if saved == size or global_batch is None:
             return
@@ -221,7 +223,8 @@ class Strategy:
             )
             raise ValueError(
                 f"--resume {path}: the checkpoint's global batch of {global_batch} ({saved} ranks) cannot be split "
-                f"into {size} equal per-rank batches{given}"
+                f"into {size} equal per-rank batches{given}; resume on "
+                f"{', '.join(str(q) for q in range(1, global_batch + 1) if global_batch % q == 0)} ranks"
             )
         self.passes = global_batch // (size * per_pass)
         if self.passes > 1 and getattr(self.args, "overlap", False):
@@ -245,9 +248,12 @@ class Strategy:
 
     def resume(self, task: Any, preset: str) -> Position:
         path = self.args.resume
-        state, mine = dist.load_checkpoint(
-            path, self.model, self.base, None, comm=self.ctx.comm, reshard=lambda st, n: self.reshard(task, st, n)
-        )
+        try:
+            state, mine = dist.load_checkpoint(
+                path, self.model, self.base, None, comm=self.ctx.comm, reshard=lambda st, n: self.reshard(task, st, n)
+            )
+        except StateDictError as e:  # on every rank alike: the checkpoint's parameters are not this model's
+            raise ValueError(another_model(path, getattr(self, "saved", {}), task, e)) from None
         if state.get("preset", preset) != preset:
             raise ValueError(
                 f"--resume {path}: the checkpoint was written with --preset {state['preset']}, this run has --preset {preset}"
@@ -288,6 +294,23 @@ def position_units(cfg: Any, ranks: int) -> dict[str, int]:
     if hasattr(cfg, "num_steps"):
         units["num_steps"] = int(cfg.num_steps)
     return units
+
+
+def another_model(path: str, saved: dict[str, Any], task: Any, error: Exception) -> str:
+    """Why a checkpoint's parameters do not fit the run's model, in the user's terms: another program's checkpoint
+    (lm against cnn), or the model settings that differ, each with the flag that sets it (``task.MODEL_FIELDS``)."""
+    config, program = saved.get("config", {}), saved.get("program")
+    if program not in (None, task.name) or not set(task.MODEL_FIELDS) <= set(config):
+        other = f"python -m minidl.train {program}" if program else "another program"
+        return f"--resume {path}: the checkpoint holds a model of {other}, not of python -m minidl.train {task.name}"
+    current, flags = task.cfg.as_dict(), {field: name for name, field in task.OVERRIDES.items()}
+    differ = [k for k in task.MODEL_FIELDS if config[k] != current[k]]
+    if not differ:
+        return f"--resume {path}: the checkpoint's model does not fit this run's: {error}"
+    what = ", ".join(f"{k} {config[k]} there, {current[k]} here" for k in differ)
+    give = " ".join(f"--{flags[k].replace('_', '-')} {config[k]}" for k in differ if k in flags)
+    how = f"resume with the flags it was written with: {give}" if give else "resume on the data it was written on"
+    return f"--resume {path}: the checkpoint holds another model ({what}); {how}"
 
 
 def check_resume_settings(path: str, saved: dict[str, Any], current: dict[str, int]) -> None:

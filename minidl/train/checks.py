@@ -19,6 +19,7 @@ import os
 from typing import Any
 
 from minidl.data.text import PTB_FILES, PTB_HINT
+from minidl.distributed.timeout import timeout_from_env
 from minidl.distributed.usage import UsageError
 
 IDX_FILES = [f"{kind}-{what}" for kind in ("train", "t10k") for what in ("images-idx3-ubyte", "labels-idx1-ubyte")]
@@ -38,6 +39,7 @@ MODE_FLAGS: dict[str, tuple[Any, str, str]] = {
     "--precision": ("fp32", "none data zero", "mixed precision is emulated in these modes"),
     "--lr-scaling": ("none", "none data zero", "the global batch is batch x ranks only here"),
     "--base-batch": (None, "none data zero", "it is the base of --lr-scaling"),
+    "--global-batch": (None, "none data zero", "the global batch is batch x ranks only here"),
     "--servers": (1, "ps", "only a parameter server has servers"),
     "--async": (False, "ps", "only a parameter server applies gradients asynchronously"),
     "--fetch-every": (1, "ps", "only parameter-server workers fetch parameters"),
@@ -68,6 +70,7 @@ NUMBERS: dict[str, tuple[str, Any]] = {  # flag: what its value must be, and the
     "--micro-batches": AT_LEAST_1,
     "--pipeline-stages": AT_LEAST_1,
     "--staleness-bound": (">= 0", lambda v: v >= 0),
+    "--seed": ("an integer >= 0 (NumPy seeds no negative numbers)", lambda v: v >= 0),
 }
 
 
@@ -82,6 +85,13 @@ def check_args(args: argparse.Namespace, root: bool = True) -> None:
         value = getattr(args, dest(flag), None)
         if value is not None and not ok(value):
             raise UsageError(f"{flag} must be {what}, got {value}")
+    if getattr(args, "global_batch", None) is not None and getattr(args, "batch_size", None) is not None:
+        raise UsageError("--global-batch and --batch-size: give one (--global-batch N is N / ranks per rank)")
+    if getattr(args, "parallel", "none") != "none":
+        try:
+            timeout_from_env()  # the ranks' communication timeout, read when the job starts
+        except ValueError as e:
+            raise UsageError(str(e)) from None
     if getattr(args, "base_batch", None) is not None and getattr(args, "lr_scaling", "none") != "linear":
         raise UsageError("--base-batch needs --lr-scaling linear (it is the batch the rate is scaled from)")
     check_loss_scale(getattr(args, "loss_scale", None), getattr(args, "precision", "fp32"))

@@ -79,6 +79,7 @@ FLAGS: dict[str, list[tuple[str, dict[str, Any], str]]] = {  # group -> (flag, a
     "large batches (Goyal et al. 2017)": [
         ("--lr-scaling", {"choices": ("none", "linear"), "default": "none"}, "linear: lr x global/base batch"),
         ("--base-batch", PINT | {"metavar": "N"}, "the global batch --lr is tuned for (the preset's batch)"),
+        ("--global-batch", PINT | {"metavar": "N"}, "the batch of all ranks together, N / ranks each (one process's)"),
         ("--warmup-epochs", {"type": float, "metavar": "K"}, "ramp the lr up linearly over K epochs"),
     ],
     "parallelism (run under mpiexec -n P)": [
@@ -155,7 +156,7 @@ def build_parser(task: Any) -> argparse.ArgumentParser:
 def resolve(task: Any, args: argparse.Namespace) -> tuple[str, Any]:
     """The preset's name and its configuration with every flag given (``task.OVERRIDES``: flag -> field)."""
     quick = args.quick or os.environ.get("MINIDL_QUICK") == "1"
-    preset = args.preset or ("quick" if quick else "demo")
+    preset = args.preset or task.default_preset(args, quick)
     changes = {
         field: getattr(args, flag) for flag, field in task.OVERRIDES.items() if getattr(args, flag, None) is not None
     }

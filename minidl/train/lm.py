@@ -67,6 +67,7 @@ class LMTask(Task):
     name, unit, modes = "lm", "words", ("data", "zero", "model", "tensor", "pipeline", "ps", "local-sgd")
     PRESETS, OVERRIDES, lines_per_epoch, epoch_split, evaluates_last_epoch = PRESETS, OVERRIDES, 10, "valid", True
     history_keys, split_softmax = ("ppl",), True  # tensor parallel: the softmax split by vocabulary
+    MODEL_FIELDS = ("hidden_size", "num_layers", "vocab_size")
     batch_axis = 1  # windows are [T, B]: micro-batches are groups of streams
 
     @staticmethod
@@ -107,6 +108,10 @@ class LMTask(Task):
                 f"the training split ({n} words) is too short for {shard[1] * B} streams of windows of {T} words"
             )
         return num_bptt_batches(self.train.shape[0], T)
+
+    def steps_per_epoch(self, global_batch: int) -> int:
+        """Windows per epoch of a run whose ranks together take ``global_batch`` streams (``prepare``'s count)."""
+        return num_bptt_batches(self.corpus.train.size // global_batch, self.cfg.num_steps)
 
     def size_flags(self) -> str:
         return f"--hidden-size {self.cfg.hidden_size}, --layers {self.cfg.num_layers}"
@@ -207,7 +212,7 @@ class LMTask(Task):
             f"LSTM language model, preset {preset!r}: {c.num_layers} x {c.hidden_size} LSTM, {n_params:,} parameters ({self.args.dtype})",
             [
                 f"corpus {corpus.name}: vocabulary {len(corpus.vocab):,}, train {corpus.train.size:,} words",
-                f"B={c.batch_size} streams/rank x T={c.num_steps} steps, {spe} steps/epoch; SGD lr {c.lr} (x{c.lr_decay:.3g} "
+                f"B={c.batch_size} streams/rank x T={c.num_steps} steps, {spe} steps/epoch; SGD lr {c.lr * self.lr_scale:g} (x{c.lr_decay:.3g} "
                 f"per epoch after {c.decay_after}), clip {c.max_grad_norm}, dropout {c.dropout}, {c.epochs} epochs{most}",
             ],
         )

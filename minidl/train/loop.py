@@ -16,14 +16,19 @@ on which they are.
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import numpy as np
 
 from minidl.distributed import checkpoint_schedule
 from minidl.distributed.usage import UsageExit, print_error
-from minidl.optim.large_batch import large_batch_lr
+from minidl.optim.large_batch import large_batch_lr, scale_factor
 from minidl.progress import Progress, scalars
 from minidl.train.interrupt import Watch, stop
 from minidl.train.strategies import Position, Strategy
+
+T = TypeVar("T")
 
 
 class Task:
@@ -32,11 +37,18 @@ class Task:
     max_grad_norm: float | None = None
     tally_width = 2  # numbers a batch adds to the progress sums (``tally``)
     history_keys: tuple[str, ...] = ()  # what the history keeps of each progress record
+    MODEL_FIELDS: tuple[str, ...] = ()  # the settings that shape the model's parameters (a resume compares them)
+    lr_scale = 1.0  # --lr-scaling's factor: the header prints the rate in force
     batch_axis = 0  # the axis of a batch's arrays that runs over examples (the LM's: streams)
 
     def size_flags(self) -> str:
         """The flags that size the model, with their values (named when it does not fit in memory)."""
         return "its flags"
+
+    @staticmethod
+    def default_preset(args: Any, quick: bool) -> str:
+        """The preset of a run without ``--preset``."""
+        return "quick" if quick else "demo"
 
     def chain(self, model: Any) -> list[tuple[str, Any]]:
         """The model's units, the ones every strategy runs (cut or whole); remembered for the task's own use."""
@@ -73,17 +85,20 @@ class Task:
 
 def fit(task: Any, strategy: Strategy, args: Any, preset: str) -> dict[str, Any]:
     """Train ``task`` under ``strategy``; returns the run's numbers, scores and final parameters."""
-    if args.resume:
-        strategy.plan_resume(task)  # another rank count: the per-rank batch that keeps the global one
+    agreed(strategy, lambda: split_global_batch(task, strategy, args))  # --global-batch N: N / ranks per rank
+    if args.resume:  # another rank count: the per-rank batch that keeps the global one
+        agreed(strategy, lambda: strategy.plan_resume(task))
     spe = task.prepare(strategy.shard)  # this rank's share of the data: steps per epoch
-    model = build_model(task, strategy)
+    model = agreed(strategy, task.model, memory=f"make it smaller ({task.size_flags()})")
     n_params = sum(p.data.size for p in model.parameters())
     strategy.build(task, model)
     epochs = task.cfg.epochs
     total = min(args.max_steps or epochs * spe, epochs * spe)
-    pos = strategy.resume(task, preset) if args.resume else Position()
+    pos = agreed(strategy, lambda: strategy.resume(task, preset)) if args.resume else Position()
     log = Progress(task, strategy, args, spe, total, start=pos.step)
+    task.lr_scale = scale_factor(args, task.cfg, strategy.replicas, task.PRESETS[preset].batch_size)
     title, lines = task.header(preset, n_params, spe, total if args.max_steps else None)
+    lines += global_batch_lines(task, strategy, args, preset, total)
     lines += [f"resumed from {args.resume}: epoch {pos.epoch}, step {pos.step}"] if args.resume else []
     lines += [f"flags that change the run: {args.changes}"] if getattr(args, "changes", "") else []
     log.header(title, lines)
@@ -113,21 +128,68 @@ def fit(task: Any, strategy: Strategy, args: Any, preset: str) -> dict[str, Any]
     return result
 
 
-def build_model(task: Any, strategy: Strategy) -> Any:
-    """``task.model()``; where it does not fit in memory (``--hidden-size 100000000``), one line naming the flags
-    that size it, and exit 2 on every rank: the ranks agree first (one sum), as a rank that failed alone would
-    leave the others waiting in their first collective."""
-    model, error = None, None
+def agreed(strategy: Strategy, action: Callable[[], T], memory: str = "") -> T:
+    """``action()`` on every rank, and its value; where it raises on some rank a ValueError (a ``--resume`` or
+    ``--global-batch`` this run cannot honour), or a MemoryError (a model too large: ``memory`` says what to do),
+    the lowest such rank prints its one line and every rank exits 2. The ranks agree first (one sum), as a rank
+    that failed alone would leave the others waiting in their next collective."""
+    value, error = None, None
     try:
-        model = task.model()
+        value = action()
     except MemoryError as e:
-        error = f"the model does not fit in memory ({e}): make it smaller ({task.size_flags()})"
-    if strategy.ctx.sum([error is not None])[0]:
-        if error is not None:
+        if not memory:
+            raise
+        error = f"the model does not fit in memory ({e}): {memory}"
+    except ValueError as e:
+        error = str(e)
+    failed = strategy.ctx.sum([error is not None and r == strategy.ctx.rank for r in range(strategy.ctx.size)])
+    if failed.any():
+        if error is not None and strategy.ctx.rank == int(np.argmax(failed)):
             where = f"[rank {strategy.ctx.rank} of {strategy.ctx.size}] " if strategy.ctx.size > 1 else ""
             print_error(f"{where}python -m minidl.train: error: {error}")
         raise UsageExit()
-    return model
+    return value  # type: ignore[return-value]
+
+
+def split_global_batch(task: Any, strategy: Strategy, args: Any) -> None:
+    """``--global-batch N``: each of the P data-parallel replicas takes N / P examples (LM: streams) per step, so
+    the run takes one process's steps on one process's batches; the evaluation batch is divided likewise where it
+    divides (the LM's test streams then are one process's too)."""
+    n, replicas = getattr(args, "global_batch", None), strategy.replicas
+    if n is None:
+        return
+    if n % replicas:
+        raise ValueError(
+            f"--global-batch {n} cannot be split into {replicas} equal per-rank batches (give a multiple of {replicas})"
+        )
+    task.cfg = task.cfg.with_(batch_size=n // replicas)
+    if args.eval_batch_size % replicas == 0:
+        args.eval_batch_size //= replicas
+
+
+def global_batch_lines(task: Any, strategy: Strategy, args: Any, preset: str, total: int) -> list[str]:
+    """Data parallelism's header: the global batch as ranks x per-rank batch, the optimizer steps it takes against
+    one process's (whose batch is ``--global-batch``, else one rank's), and the learning-rate rule in force (Goyal et al. 2017)."""
+    if args.parallel not in ("data", "zero"):
+        return []
+    P, b = strategy.replicas, task.cfg.batch_size
+    base = getattr(args, "base_batch", None) or task.PRESETS[preset].batch_size  # the batch --lr is tuned for
+    one_batch = getattr(args, "global_batch", None) or b  # the one process compared with: its batch
+    one = min(task.steps_per_epoch(one_batch) * task.cfg.epochs, args.max_steps or 2**62)
+    same = P * b == one_batch
+    steps = (
+        f"{total} optimizer steps, as one process" if same else f"{total} optimizer steps against {one} for one process"
+    )
+    rate = task.cfg.lr * task.lr_scale
+    if getattr(args, "lr_scaling", "none") == "linear":
+        rule = f"--lr-scaling linear: lr {task.cfg.lr:g} x {P * b}/{base} = {rate:g}"
+    elif P * b == base:
+        rule = f"lr {rate:g}, tuned for batch {base}"
+    else:
+        given = getattr(args, "global_batch", None)
+        keep = "" if given else f"; --global-batch {base} keeps one process's batch and steps"
+        rule = f"lr {rate:g}, tuned for batch {base}, not scaled (--lr-scaling linear scales it{keep})"
+    return [f"global batch {P * b} = {P} x {b}: {steps}; {rule}"]
 
 
 def train_epochs(
