@@ -2,11 +2,14 @@
 
     python -m collectives.check my_ring.py:allreduce                      # in-process ranks 1..16
     python -m collectives.check my_ring.py:allreduce --examples 500 --seed 3 --cost ring
+    python -m collectives.check hw3.py:ring --signature send,recv,comm,op --dtypes float64 --ops sum --min-n p
     mpiexec -n 4 python -m collectives.check my_ring.py:allreduce --mpi  # the real communicator, against MPI's own call
+    python -m collectives.check --grade submissions/ --collective allreduce --json grades.json   # a class
 
 Exit status: 0 when every property holds, 1 with the shrunk counterexample (printed), 2 on a
-usage error (no such file or function, a signature that cannot be called as the collective's).
-The properties, the signatures and the report are collectives.testing's (see its docstring).
+usage error (no such file or function, a signature that cannot be called as the collective's, an
+mpi4py name the in-process ranks do not offer). The properties, the signatures (roles.py) and the
+report are collectives.testing's (see its docstring).
 """
 
 from __future__ import annotations
@@ -66,10 +69,12 @@ def _import(where: str, load: Callable[[], Any]) -> Any:
         raise UsageError(f"cannot import {where}: importing it raised {type(exc).__name__}: {exc}{line}") from None
 
 
-def check_signature(fn: Callable[..., Any], collective: str, inplace: bool) -> None:
-    """Raise UsageError unless fn can be called with the collective's arguments."""
+def check_signature(fn: Callable[..., Any], collective: str, inplace: bool, roles: Sequence[str] | None = None) -> None:
+    """Raise UsageError unless fn can be called with the collective's arguments (or the roles named)."""
     spec = COLLECTIVES[collective]
     signature = spec.inplace if inplace else spec.signature
+    if roles:
+        signature = f"fn({', '.join(roles)})"
     nargs = signature.count(",") + 1
     try:
         inspect.signature(fn).bind(*range(nargs))
@@ -97,6 +102,30 @@ def bad_values(args: argparse.Namespace) -> str:
         )
     if args.cost is not None and args.cost not in ALGORITHMS:
         return f"--cost {args.cost}: not a package algorithm; expected one of {', '.join(ALGORITHMS)}"
+    return contract_problem(args)
+
+
+def contract_problem(args: argparse.Namespace) -> str:
+    """The signature and contract options, checked: one line naming the bad one, or ""."""
+    from collectives.kit import roles
+    from collectives.kit.search import Domain
+
+    try:
+        args.roles = roles.parse(args.signature, args.collective, args.inplace)
+    except ValueError as exc:
+        return str(exc)
+    if args.min_ranks < 1 or (not args.mpi and args.min_ranks > args.max_ranks):
+        return f"--min-ranks {args.min_ranks}: at least 1 and at most --max-ranks ({args.max_ranks})"
+    if args.min_n != "p" and not (args.min_n.isdigit()):
+        return f"--min-n {args.min_n}: a number of elements, or p (at least as many elements as ranks)"
+    args.min_n = args.min_n if args.min_n == "p" else int(args.min_n)
+    args.dtypes = [d for d in args.dtypes.split(",") if d] if args.dtypes else None
+    args.ops = [o for o in args.ops.split(",") if o] if args.ops else None
+    try:
+        Domain.of(args.collective, args.dtypes, args.ops, None, True, args.inplace, 1, args.min_n)
+    except ValueError as exc:
+        flag = "--ops" if "op" in str(exc).split(" ")[1] else "--dtypes"
+        return f"{flag}: {exc}"
     return ""
 
 
@@ -108,7 +137,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--collective", default="allreduce", choices=list(COLLECTIVES), help="default: allreduce")
     ap.add_argument("--max-ranks", type=int, default=16, help="world sizes 1..N in-process (default 16)")
     ap.add_argument("--examples", type=int, default=100, help="cases to draw (default 100)")
-    ap.add_argument("--seed", type=int, default=None, help="hypothesis' seed (default: a fresh one each run)")
+    ap.add_argument("--seed", type=int, default=None, help="the search's seed (default: a fresh one each run)")
     ap.add_argument("--inplace", action="store_true", help="the in-place form (allreduce, allgather)")
     ap.add_argument(
         "--cost", default=None, help="hold the messages and bytes to a package algorithm's model, e.g. ring"
@@ -116,6 +145,18 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--timeout", type=float, default=20.0, help="seconds a case may run before it counts as hung")
     ap.add_argument("--diagram", default=None, help="where to save the failure's space-time diagram (PNG)")
     ap.add_argument("--mpi", action="store_true", help="run on MPI.COMM_WORLD (under mpiexec) against MPI's own call")
+    course = ap.add_argument_group(
+        "a course's signature and contract (default: the kit's signature, the full contract)"
+    )
+    course.add_argument(
+        "--signature", default=None, metavar="ROLES",
+        help="the function's parameters by role, e.g. send,recv,comm,op (roles: comm, x|send|sendbuf, buf, "
+        "recv|recvbuf, f, op, mpiop, root, b, counts, out, sb, rb)",
+    )  # fmt: skip
+    course.add_argument("--dtypes", default=None, metavar="LIST", help="e.g. float32,float64 (default: every dtype)")
+    course.add_argument("--ops", default=None, metavar="LIST", help="e.g. sum,max (default: every op)")
+    course.add_argument("--min-ranks", type=int, default=1, metavar="N", help="the smallest world size (default 1)")
+    course.add_argument("--min-n", default="0", metavar="N|p", help="the fewest elements: a number, or p (n >= p)")
     args = ap.parse_args(argv)
     if args.max_ranks < 1 or args.examples < 1:
         ap.error("--max-ranks and --examples must be at least 1")
@@ -144,7 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     problem = ""
     try:
         fn = load_function(args.target)
-        check_signature(fn, args.collective, args.inplace)
+        check_signature(fn, args.collective, args.inplace, args.roles)
     except UsageError as exc:
         problem = str(exc)
     if args.mpi:
@@ -156,16 +197,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         from collectives.kit.mpi import check_mpi
 
         return check_mpi(fn, args)
+    from collectives.inprocess import NotOffered
     from collectives.testing import PropertyFailure, check
 
     try:
         report = check(
             fn, args.collective, max_ranks=args.max_ranks, examples=args.examples, seed=args.seed,
             inplace=args.inplace, cost=args.cost, timeout=args.timeout, diagram=args.diagram,
+            signature=args.roles, dtypes=args.dtypes, ops=args.ops, min_ranks=args.min_ranks, min_n=args.min_n,
         )  # fmt: skip
     except PropertyFailure as failure:
         print(failure)
         return 1
+    except NotOffered as exc:
+        print(f"collectives.check: {exc}", file=sys.stderr)
+        return 2
     print(f"{args.target}: {report}")
     return 0
 

@@ -25,6 +25,7 @@ The pieces are public too, for a user's own hypothesis ``@given`` test: the stra
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from collectives.kit import roles as signature_roles
 from collectives.kit.cases import (
     DTYPES,
     LAYOUTS,
@@ -41,10 +43,12 @@ from collectives.kit.cases import (
     layouts,
     np_dtype,
     ops,
+    ops_for,
     rank_data,
     ranks,
     sizes,
 )
+from collectives.kit.namespace import ModuleCopies
 from collectives.kit.report import PropertyFailure, describe_failure
 from collectives.kit.run import PROPERTIES, Cost, Outcome, run_case
 from collectives.kit.search import Domain, cases, draw, shrink
@@ -53,32 +57,55 @@ from collectives.kit.spec import COLLECTIVES
 SUPPORTED_KINDS = {op: kinds for op, kinds in OP_KINDS.items() if op in ("sum", "prod", "max", "min")}
 
 
+MAX_THREADS = 256  # in-process ranks are threads: past this a case takes longer than a class can wait
+
+
 @dataclass
 class Report:
-    """A check that passed: how many examples ran and how long it took."""
+    """A check that passed: how many examples ran, how long it took, the contract and the p judged."""
 
     collective: str
     examples: int
     seconds: float
+    contract: str = "the full contract"
+    tried: str = ""
+    note: str = ""
 
     def __str__(self) -> str:
-        return f"{self.collective}: every property held on {self.examples} examples ({self.seconds:.1f} s)"
+        text = f"{self.collective}: every property held on {self.examples} examples ({self.seconds:.1f} s)"
+        text += f"; {self.contract}" + (f", {self.tried}" if self.tried else "")
+        return text + (f"\n{self.note}" if self.note else "")
 
 
-RACE = (
-    "note: this case passed when run again: the result depends on the order the ranks' threads ran in "
-    "(a receive from ANY_SOURCE, or a wait on several requests, taken as if in rank order?)"
-)
-
-
-def edge_cases(collective: str, inplace: bool = False, dtype: str = "float64", op: str | None = None) -> list[Case]:
-    """The cases checked before any drawn one: p = 1 and n = 0, and the smallest non-trivial ones."""
+def edge_cases(
+    collective: str, inplace: bool = False, dtype: str = "float64", op: str | None = None, domain: Domain | None = None
+) -> list[Case]:
+    """The cases checked before any drawn one: p = 1 and n = 0, and the smallest non-trivial ones
+    (those the domain's contract allows)."""
     spec, kind = COLLECTIVES[collective], np_dtype(dtype).kind
     if spec.reduces:
         op = op or next(o for o in OP_KINDS if kind in OP_KINDS[o] and not (kind == "b" and o in ("sum", "prod")))
     else:
         op = None
-    return [Case(collective, p, n, dtype, op, inplace=inplace) for p, n in [(1, 0), (1, 3), (2, 0), (2, 1), (3, 2)]]
+    first = [Case(collective, p, n, dtype, op, inplace=inplace) for p, n in [(1, 0), (1, 3), (2, 0), (2, 1), (3, 2)]]
+    if domain is None:
+        return first
+    allowed = [c for c in first if domain.allows(c)]
+    p = max(domain.min_ranks, 2)
+    return allowed or [Case(collective, p, max(domain.least_n(p), 1), dtype, op, inplace=inplace)]
+
+
+def pair_cases(domain: Domain) -> list[Case]:
+    """Every (dtype, op) pair of the domain once, at a small p and n: a bug in one pair is never left to chance."""
+    cases, i = [], 0
+    for dtype in domain.dtypes:
+        for op in ops_for(dtype, domain.ops) if domain.reduces else [None]:
+            p = max(domain.min_ranks, 2 + i % 4)
+            n = max(domain.least_n(p), p + 1 + i % 3)
+            cases.append(Case(domain.collective, p, n, dtype, op, root=(p - 1) * domain.rooted, seed=1000 + i,
+                              inplace=domain.inplace))  # fmt: skip
+            i += 1
+    return cases
 
 
 def check(
@@ -96,38 +123,74 @@ def check(
     ops: Sequence[str] | None = None,
     layouts: Sequence[str] | None = None,
     large: bool = True,
+    signature: str | Sequence[str] | None = None,
+    min_ranks: int = 1,
+    min_n: int | str = 0,
+    beyond: bool = True,
 ) -> Report:
     """Check every property of ``fn`` as ``collective`` on drawn cases; raise PropertyFailure on a failure.
 
-    fn: the user's function, with the signature spec.py gives for ``collective`` (``COLLECTIVES``).
-    max_ranks, examples, seed: the world sizes drawn (1..max_ranks), how many cases after the edge
-        cases, and the search's seed (None: a fresh one, printed in the report).
+    fn: the user's function, with the signature spec.py gives for ``collective`` (``COLLECTIVES``),
+        or the one ``signature`` names by role (roles.py: 'send,recv,comm,op').
+    max_ranks, examples, seed: the world sizes drawn (1..max_ranks, and with ``beyond`` up to twice
+        that in 10% of cases), how many cases after the edge cases and the (dtype, op) sweep, and the
+        search's seed (None: a fresh one, printed in the report).
     inplace: check the in-place form (allreduce, allgather).
     cost: a ``Cost``, or the name of a package algorithm ("ring") whose cost model it must meet.
     timeout: seconds one case may run before it counts as hung. diagram: where the failure's
         space-time diagram goes (a PNG; default a temporary file; "" for none).
-    dtypes, ops, layouts: narrow the domain (names as in DTYPES, OP_KINDS, LAYOUTS). large: draw n past 128.
+    dtypes, ops, layouts, min_ranks, min_n: a course's contract, narrower than the full one (names as in
+        DTYPES, OP_KINDS, LAYOUTS; min_n an int or "p": at least as many elements as ranks).
+        large: draw n past 128.
+    Raises NotOffered (an AttributeError) when fn calls an mpi4py name the in-process ranks lack.
     """
     if collective not in COLLECTIVES:
         raise ValueError(f"unknown collective {collective!r}: expected one of {', '.join(COLLECTIVES)}")
     if inplace and not COLLECTIVES[collective].inplace:
         raise ValueError(f"{collective} has no in-place form (only {[c for c, s in COLLECTIVES.items() if s.inplace]})")
-    domain = Domain.of(collective, dtypes, ops, layouts, large, inplace)
+    _check_numbers(max_ranks, examples, timeout, min_ranks, min_n)
+    roles = signature_roles.parse(signature, collective, inplace)
+    if not signature_roles.contract_ops(roles) and COLLECTIVES[collective].reduces:
+        ops = [(ops or ["sum"])[0]]  # the function takes no op: it is checked with one
+    domain = Domain.of(
+        collective, dtypes, ops, layouts, large, inplace, min_ranks, min_n, rooted=roles is None or "root" in roles
+    )
     declared = Cost.of(cost) if isinstance(cost, str) else cost
     seed = int(np.random.SeedSequence().entropy % 2**32) if seed is None else seed  # type: ignore[operator]
     rng = np.random.default_rng(seed)
+    copies = ModuleCopies(fn)
 
     def run(case: Case) -> Outcome:
-        return run_case(fn, case, timeout=timeout, cost=declared)
+        return run_case(fn, case, timeout=timeout, cost=declared, signature=roles, copies=copies)
 
     start, count = time.perf_counter(), 0
-    first = edge_cases(collective, inplace, domain.dtypes[0] if dtypes else "float64", ops[0] if ops else None)
-    for case in itertools.chain(first, (draw(rng, domain, max_ranks) for _ in range(examples))):
+    dtype = domain.dtypes[0] if dtypes else "float64"
+    first = edge_cases(collective, inplace, dtype, ops[0] if ops else None, domain) + pair_cases(domain)
+    drawn = (draw(rng, domain, max_ranks, beyond=beyond) for _ in range(examples))
+    for case in itertools.chain(first, drawn):
         count += 1
         outcome = run(case)
         if not outcome.ok:
-            raise _shrunk(fn, outcome, run, domain, diagram, f"search seed {seed}, case {count}", timeout)
-    return Report(collective, count, time.perf_counter() - start)
+            found = f"search seed {seed}, case {count}"
+            raise _shrunk(fn, outcome, run, domain, diagram, found, timeout, roles)
+    tried = f"p = {min_ranks}..{max_ranks}" + (f" (and up to {2 * max_ranks} in 10% of cases)" if beyond else "")
+    return Report(collective, count, time.perf_counter() - start, domain.contract(), tried, copies.shared_note)
+
+
+def _check_numbers(max_ranks: int, examples: int, timeout: float, min_ranks: int, min_n: int | str) -> None:
+    if not isinstance(max_ranks, int) or not 1 <= max_ranks <= MAX_THREADS:
+        raise ValueError(f"max_ranks must be an integer in 1..{MAX_THREADS} (threads of one process), got {max_ranks}")
+    if not isinstance(examples, int) or examples < 0:
+        raise ValueError(f"examples must be an integer >= 0, got {examples}")
+    if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout}")
+    if not isinstance(min_ranks, int) or not 1 <= min_ranks <= max_ranks:
+        raise ValueError(f"min_ranks must be in 1..max_ranks ({max_ranks}), got {min_ranks}")
+    if min_n != "p" and not (isinstance(min_n, int) and min_n >= 0):
+        raise ValueError(f"min_n must be an integer >= 0 or 'p', got {min_n!r}")
+
+
+REPEATS = 5  # runs of a found case that tell a steady failure from an intermittent one
 
 
 def _shrunk(
@@ -138,22 +201,42 @@ def _shrunk(
     diagram: str | None,
     found: str,
     timeout: float,
+    roles: tuple[str, ...] | None = None,
 ) -> PropertyFailure:
-    """The report of the smallest failing case shrunk from ``outcome``'s."""
-    last, broken = [outcome], outcome.failures[0][0]
+    """The report of the smallest failing case shrunk from ``outcome``'s.
+
+    The found case is run again: a failure that does not come back every time is intermittent (a
+    race between the ranks' threads) and is reported as found, with how often it failed. A steady one
+    is shrunk: a smaller case is kept only while the same property fails.
+    """
+    broken = outcome.failures[0][0]
+    if broken == "repeatable":  # the second call's data may simply be a case the function gets wrong
+        alone = run(outcome.case.with_(seed=outcome.case.seed + 1))
+        if not alone.ok and alone.failures[0][0] != "repeatable":
+            outcome, broken = alone, alone.failures[0][0]
+    again = [run(outcome.case) for _ in range(REPEATS - 1)]
+    failed = 1 + sum(broken in (p for p, _ in o.failures) for o in again)
+    notes = [f"found at {found} ({outcome.case})"]
+    if failed < REPEATS:
+        notes.append(
+            f"intermittent: '{broken}' failed in {failed} of {REPEATS} runs of this case (seed "
+            f"{outcome.case.seed}): a race, the result depends on the order the ranks' threads ran in "
+            "(a receive from ANY_SOURCE, or a wait on several requests, taken as if in rank order?)"
+        )
+        return describe_failure(fn, outcome, diagram, notes, timeout=min(timeout, 10.0), roles=roles)
+    last = [outcome]
 
     def fails(case: Case) -> bool:  # the same failure: the property that broke first still breaks
         tried = run(case)
-        if broken in (prop for prop, _ in tried.failures):
+        if tried.failures and tried.failures[0][0] == broken:
             last.append(tried)
             return True
         return False
 
-    small = shrink(outcome.case, fails, domain)
-    notes = [f"found at {found} ({outcome.case}), then shrunk"]
-    if run(small).ok:
-        notes.append(RACE)
-    return describe_failure(fn, last[-1], diagram, notes, timeout=min(timeout, 10.0))
+    shrink(outcome.case, fails, domain)  # its last failing run is last[-1]
+    notes[0] += ", then shrunk"
+    notes.append(domain.contract().capitalize() + " was judged.")
+    return describe_failure(fn, last[-1], diagram, notes, timeout=min(timeout, 10.0), roles=roles)
 
 
 def _property(collective: str) -> Callable[..., Report]:
@@ -196,6 +279,7 @@ __all__ = [
     "Report",
     "cases",
     "check",
+    "pair_cases",
     "dtypes",
     "edge_cases",
     "layouts",

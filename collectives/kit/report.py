@@ -17,6 +17,7 @@ import numpy as np
 
 from collectives.kit.cases import TRACE_BITS, Case
 from collectives.kit.run import Outcome, run_case
+from collectives.kit.spec import counts, matrix
 
 TABLE_STEPS = 40  # rows of the step table at most
 ABRIDGE = {"threshold": 8, "edgeitems": 3, "max_line_width": 110}
@@ -41,19 +42,23 @@ def describe_failure(
     diagram: str | None = None,
     notes: Sequence[str] = (),
     timeout: float = 10.0,
+    roles: tuple[str, ...] | None = None,
 ) -> PropertyFailure:
     """The PropertyFailure of a failed Outcome, with its report (and the diagram drawn where asked)."""
     case = outcome.case
     name = getattr(fn, "__qualname__", repr(fn))
     broken = [p for p, _ in outcome.failures]
-    lines = [f"{name} breaks {', '.join(repr(p) for p in broken)} as {case.collective}"]
+    signature = f" with the signature fn({', '.join(roles)})" if roles else ""
+    lines = [f"{name} breaks {', '.join(repr(p) for p in broken)} as {case.collective}{signature}"]
     lines += [f"  {prop}: {what}" for prop, what in outcome.failures]
-    lines.append(f"smallest failing case: {case}")
-    lines += list(notes)
+    intermittent = any(note.startswith("intermittent") for note in notes)
+    lines.append(f"{'failing case' if intermittent else 'smallest failing case'}: {case}")
+    lines += list(notes) + outcome.notes
     lines.append("properties: " + ", ".join(f"{p} {'FAILED' if p in broken else 'ok'}" for p in outcome.checked))
     lines += _inputs(outcome) + _answers(outcome)
-    lines += ["messages, step by step (the same function on traceable int64 values, p and n as above):"]
-    table, traced = step_table(fn, case, timeout)
+    traced_dtype = "int64" if roles is None else "float64"
+    lines += [f"messages, step by step (the same function on traceable {traced_dtype} values, p and n as above):"]
+    table, traced = step_table(fn, case, timeout, roles)
     lines += ["  " + row for row in table]
     try:
         path = _diagram(traced or outcome, diagram, outcome.first_wrong)
@@ -62,7 +67,8 @@ def describe_failure(
         lines.append(f"space-time diagram not saved: {type(exc).__name__}: {exc}")
     if path:
         lines.append(f"space-time diagram of the failing run: {path}")
-    lines.append(f"reproduce: collectives.testing.run_case(fn, collectives.testing.{case!r})")
+    again = f", signature={','.join(roles)!r}" if roles else ""
+    lines.append(f"reproduce: collectives.testing.run_case(fn, collectives.testing.{case!r}{again})")
     return PropertyFailure(outcome, "\n".join(lines), path)
 
 
@@ -77,6 +83,12 @@ def _abridged(x: Any) -> str:
 
 def _inputs(outcome: Outcome) -> list[str]:
     lines = ["inputs (abridged):"]
+    case = outcome.case
+    if case.collective == "alltoallv":
+        c = matrix(case, case.p)
+        lines.append(f"  counts (row i: what rank i sends to each rank j): {c.tolist() if case.p <= 8 else c.shape}")
+    elif case.collective.endswith("v"):
+        lines.append(f"  counts (rank r's block): {counts(case, case.p)}")
     for w, arrays in enumerate(outcome.inputs[:8]):
         shown = "; ".join(f"{k} = {_abridged(v)}" for k, v in arrays.items() if k != "buf")
         lines.append(f"  rank {w}: {shown}")
@@ -89,6 +101,8 @@ def _answers(outcome: Outcome) -> list[str]:
     if not outcome.results:
         return []
     lines = ["expected against got:"]
+    if "result" not in (p for p, _ in outcome.failures):
+        lines.append(f"  (the results are right; what failed is '{outcome.failures[0][0]}', above)")
     for w, (want, got) in enumerate(zip(outcome.expected, outcome.results)):
         if w >= 8 and (outcome.first_wrong is None or w != outcome.first_wrong[0]):
             continue
@@ -118,9 +132,9 @@ def decode(values: np.ndarray) -> list[tuple[tuple[int, ...], int] | None]:
     return out
 
 
-def describe(data: bytes | None) -> str:
+def describe(data: bytes | None, dtype: str = "int64") -> str:
     """A message's traceable contents as runs: 'x0+x1[2:4]' is elements 2..3 summed over ranks 0 and 1."""
-    values = np.frombuffer(data or b"", np.int64)
+    values = np.frombuffer(data or b"", dtype).astype(np.int64)
     if values.size == 0:
         return "nothing"
     runs: list[list[Any]] = []  # [ranks, first element, last element]
@@ -139,15 +153,24 @@ def describe(data: bytes | None) -> str:
     return ", ".join(parts) + (f", ... ({len(runs)} runs)" if len(runs) > 4 else "")
 
 
-def step_table(fn: Callable[..., Any], case: Case, timeout: float = 10.0) -> tuple[list[str], Outcome | None]:
-    """One row per logical step, every message sent then as 'source->dest contents'; and the traced run."""
+def step_table(
+    fn: Callable[..., Any], case: Case, timeout: float = 10.0, roles: tuple[str, ...] | None = None
+) -> tuple[list[str], Outcome | None]:
+    """One row per logical step, every message sent then as 'source->dest contents'; and the traced run.
+
+    The traced values are int64, or float64 (exact below 2^53) for a course's signature, whose
+    contract is usually float64."""
     if case.p > TRACE_BITS - 8:
         return [f"(not tabulated: traceable values need p <= {TRACE_BITS - 8})"], None
-    traced = case.with_(dtype="int64", op="sum" if case.op else None, values="traceable", layout="world")
-    outcome = run_case(fn, traced, timeout=timeout, record_data=True)
+    dtype = "int64" if roles is None else "float64"
+    traced = case.with_(dtype=dtype, op="sum" if case.op else None, values="traceable", layout="world")
+    try:
+        outcome = run_case(fn, traced, timeout=timeout, record_data=True, signature=roles)
+    except AttributeError as exc:  # NotOffered on these values: no table, the report stands
+        return [f"(not tabulated: {exc})"], None
     rows: dict[int, list[str]] = {}
     for m in outcome.messages:
-        rows.setdefault(m.step, []).append(f"{m.source}->{m.dest} {describe(m.data)}")
+        rows.setdefault(m.step, []).append(f"{m.source}->{m.dest} {describe(m.data, dtype)}")
     lines = [f"step {step + 1:>3}: " + " | ".join(rows[step]) for step in sorted(rows)[:TABLE_STEPS]]
     if len(rows) > TABLE_STEPS:
         lines.append(f"... {len(rows) - TABLE_STEPS} more steps")
@@ -171,7 +194,7 @@ def _diagram(outcome: Outcome, path: str | None, first_wrong: tuple[int, int] | 
         marked = {first_wrong[0]} if first_wrong else set()
         c = outcome.case
         title = f"{c.collective}, p = {c.p}, n = {c.n}" + (", traceable values" if c.values == "traceable" else "")
-        labels = [describe(m.data) if m.data is not None else "" for m in outcome.messages]
+        labels = [describe(m.data, c.dtype) if m.data is not None else "" for m in outcome.messages]
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         spacetime(outcome.messages, c.p, path, title=title, highlight=marked, labels=labels)
     except ImportError:

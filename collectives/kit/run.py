@@ -1,18 +1,33 @@
 """Run one case of a user's collective on in-process ranks and check every property; say which broke.
 
-completes         it returns on every rank under synchronous sends (a send waits for its receive,
-                  as MPI_Ssend, and as any MPI for long messages); no exception, no deadlock, no hang
-shape-dtype       each rank's result is a flat array of the answer's length and the input's dtype
-inputs-untouched  the caller's arrays hold the same bits afterwards, and no result is a view of them
-result            the right answer on every rank (exact, or within the float bound of spec.py)
-same-bits         where the collective promises it (allreduce, allgather, broadcast), every rank
-                  of a group holds the same bits: what keeps data-parallel replicas identical
-cost              (optional) the messages and bytes each rank sends, from the record of the run,
-                  against a declared cost such as the ring's 2(p - 1) messages and 2(p - 1)/p n bytes
+completes              it returns on every rank under synchronous sends (a send waits for its receive,
+                       as MPI_Ssend, and as any MPI for long messages); no exception, no deadlock, no hang,
+                       no sys.exit or os._exit
+truncation             no message is longer than the receive that takes it (MPI_ERR_TRUNCATE)
+no-aliasing            no rank sends from and receives into the same bytes while both are pending
+request-completed      every request a rank posted is completed (Wait, Test, Waitall) before its call returns
+send-buffer-untouched  a nonblocking send's buffer holds its bytes until its request completes
+shape-dtype            each rank's result is a flat array of the answer's length and the input's dtype
+inputs-untouched       the caller's arrays hold the same bits afterwards, and no result is a view of them
+result                 the right answer on every rank (exact, or within the float bound of spec.py); None
+                       off the root of a reduce or gather
+same-bits              where the collective promises it (allreduce, allgather, broadcast), every rank
+                       of a group holds the same bits: what keeps data-parallel replicas identical
+repeatable             a second call on the same communicator is right too, and leaves the first
+                       call's result alone (no state kept between calls)
+cost                   (optional) the messages and bytes each rank sends, from the record of the run,
+                       against a declared cost such as the ring's 2(p - 1) messages and 2(p - 1)/p n bytes
+
+The four after ``completes`` are the errors MPI itself catches or suffers (collectives/inprocess.py
+records them as they happen, with the user's line). Each rank runs its own copy of the user's
+module (namespace.py), as each MPI process has its own.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -23,11 +38,28 @@ import numpy as np
 
 from collectives import cost as cost_model
 from collectives.common import OPS
-from collectives.inprocess import DeadlockError, Message, recorded, simulate, traffic
+from collectives.inprocess import (
+    DeadlockError,
+    Message,
+    NotOffered,
+    TruncationError,
+    caller,
+    open_requests,
+    recorded,
+    simulate,
+    traffic,
+)
+from collectives.kit import roles as signature_roles
 from collectives.kit.cases import Case, groups, np_dtype, split_args
+from collectives.kit.namespace import ModuleCopies
 from collectives.kit.spec import COLLECTIVES, Arrays, Expected, make_arrays, wrong
 
-PROPERTIES = ("completes", "shape-dtype", "inputs-untouched", "result", "same-bits", "repeatable", "cost")
+PROPERTIES = (
+    "completes", "truncation", "no-aliasing", "request-completed", "send-buffer-untouched", "shape-dtype",
+    "inputs-untouched", "result", "same-bits", "repeatable", "cost",
+)  # fmt: skip
+MPI_ERRORS = PROPERTIES[1:5]  # what MPI itself catches or suffers
+NO_RESULT_OFF_ROOT = ("reduce", "gather", "gatherv")  # MPI: the result exists on the root only
 
 
 @dataclass(frozen=True)
@@ -66,6 +98,7 @@ class Outcome:
     first_wrong: tuple[int, int] | None = None  # (world rank, element)
     checked: list[str] = field(default_factory=lambda: ["completes"])  # the properties checked
     seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)  # what the report should say besides the failures
 
     @property
     def ok(self) -> bool:
@@ -73,54 +106,122 @@ class Outcome:
 
 
 def run_case(
-    fn: Callable[..., Any], case: Case, *, timeout: float = 20.0, cost: Cost | None = None, record_data: bool = False
+    fn: Callable[..., Any],
+    case: Case,
+    *,
+    timeout: float = 20.0,
+    cost: Cost | None = None,
+    record_data: bool = False,
+    signature: str | Sequence[str] | None = None,
+    copies: ModuleCopies | None = None,
 ) -> Outcome:
     """Run ``fn`` on ``case`` (its p ranks split by its layout) and check every property.
 
     fn is called twice on the same communicator: on the case's data, then on other data (the next
     seed), so that state kept from one call to the next (a cached buffer, a drifting tag) shows.
     ``record_data``: keep every message's bytes (``Message.data``), as the report's step table reads them.
+    ``signature``: the user's parameters by role (roles.py), default the kit's own; ``copies``: each
+    rank's copy of fn's module, kept across cases (default: fresh ones for this case).
+    Raises NotOffered when fn calls an mpi4py name the in-process ranks lack (a usage error, not a verdict).
     """
     spec = COLLECTIVES[case.collective]
     if case.inplace and not spec.inplace:
         raise ValueError(f"{case.collective} has no in-place form")
+    roles = signature_roles.parse(signature, case.collective, case.inplace) if signature is not None else None
+    copies = copies or ModuleCopies(fn)
     members, again = groups(case.p, case.layout), case.with_(seed=case.seed + 1)
     arrays, arrays2 = _arrays(case, members), _arrays(again, members)
     out = Outcome(case, inputs=[{k: _copy(v) for k, v in a.items()} for a in arrays])
     out.expected, expected2 = _expected(case, members, out.inputs), _expected(again, members, arrays2)
     f = OPS[case.op] if case.op else None
     first_call: list[int] = []  # how many messages the first call sent
+    left_open: list[str] = []  # requests a rank had not completed when its call returned
 
     def rank_main(comm: Any) -> tuple[Any, Any, Any]:
         w = comm.Get_rank()
+        user, namespace = copies.function(w, comm)
         sub = comm if case.layout == "world" else comm.Split(*split_args(case.p, case.layout, w))
         q, r = sub.Get_size(), sub.Get_rank()
-        first = spec.call(fn, sub, arrays[w], case, q, r, f)
+
+        def call(c: Case, a: Arrays) -> Any:
+            mpi_op = getattr(namespace, c.op.upper(), None) if c.op else None
+            user_fn = signature_roles.adapt(user, roles, c, q, r, mpi_op) if roles else user
+            result = spec.call(user_fn, sub, a, c, q, r, f)
+            pending = open_requests(comm)
+            if pending:
+                listed = "; ".join(f"{p.call}(peer {p.peer}, tag {p.tag}) from {p.where}" for p in pending[:3])
+                left_open.append(f"rank {w} returned with {len(pending)} request(s) never completed: {listed}")
+                for p in pending:
+                    p.Free()
+            return result
+
+        first = call(case, arrays[w])
         kept = _copy(first)
         comm.Barrier()  # every rank is done with the first call ...
         if w == 0:
             first_call.append(recorded(comm))
         comm.Barrier()  # ... and no rank starts the second before its messages are counted
-        second = spec.call(fn, sub, {k: _copy(v) for k, v in arrays2[w].items()}, again, q, r, f)
+        second = call(again, {k: _copy(v) for k, v in arrays2[w].items()})
         return first, kept, second
 
     start = time.perf_counter()
+    violated: list[Any] = []
     try:
-        res = simulate(case.p, rank_main, timeout=timeout, record_data=record_data)
-    except (DeadlockError, TimeoutError) as exc:
-        out.failures.append(("completes", _stuck(exc)))
-        out.messages = getattr(exc, "messages", [])  # what was sent before it stuck
-    except Exception as exc:  # noqa: BLE001  (the user's code may raise anything; it is the finding)
-        out.failures.append(("completes", _raised(exc)))
+        with _exits_raise():
+            res = simulate(case.p, rank_main, timeout=timeout, record_data=record_data)
+    except NotOffered:
+        raise
+    except BaseException as exc:  # noqa: BLE001  (the user's code may raise anything, exit included: a finding)
+        prop = "truncation" if isinstance(exc, TruncationError) else "completes"
+        stuck = isinstance(exc, (DeadlockError, TimeoutError))
+        out.failures.append((prop, _stuck(exc) if stuck else _raised(exc)))
+        out.messages = getattr(exc, "messages", [])  # what was sent before it stopped
+        violated = getattr(exc, "violations", [])
     else:
         out.results, out.messages = [kept for _, kept, _ in res], res.messages[: first_call[0]]
-        _check(out, arrays, members, cost, live=[first for first, _, _ in res])
+        _check(out, arrays, members, cost, live=[first for first, _, _ in res], roles=roles)
         _repeatable(out, [(first, second) for first, _, second in res], expected2)
-        out.checked += list(PROPERTIES[1:4])  # shape-dtype, inputs-untouched, result
+        out.checked += list(PROPERTIES[5:8])  # shape-dtype, inputs-untouched, result
         out.checked += ["same-bits"] * spec.same_bits + ["repeatable"]
         out.checked += ["cost"] * (cost is not None and case.layout == "world")
+        violated = res.violations
+    _mpi_errors(out, violated, left_open)
     out.seconds = time.perf_counter() - start
+    if copies.shared_note:
+        out.notes.append(copies.shared_note)
     return out
+
+
+class ExitCalled(Exception):
+    """The user's code called os._exit: in process that would end the checker, so it raises this instead."""
+
+
+@contextlib.contextmanager
+def _exits_raise() -> Any:
+    """os._exit raises ExitCalled while a case runs (sys.exit raises SystemExit anyway)."""
+    real = os._exit
+
+    def _exit(code: int = 0) -> None:
+        if threading.current_thread() is threading.main_thread():
+            real(code)
+        raise ExitCalled(f"the function called os._exit({code}) at {caller()}")
+
+    os._exit = _exit  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        os._exit = real
+
+
+def _mpi_errors(out: Outcome, violated: list[Any], left_open: list[str]) -> None:
+    """The MPI-error properties first in the failures, in PROPERTIES' order, each said once."""
+    found: dict[str, str] = {}
+    for v in violated:
+        found.setdefault(v.property, str(v))
+    if left_open:
+        found.setdefault("request-completed", left_open[0])
+    out.failures[:0] = [(prop, found[prop]) for prop in MPI_ERRORS if prop in found]
+    out.checked[1:1] = [p for p in MPI_ERRORS if p not in out.checked]
 
 
 def _arrays(case: Case, members: list[list[int]]) -> list[Arrays]:
@@ -173,15 +274,34 @@ def _stuck(exc: BaseException) -> str:
 
 
 def _raised(exc: BaseException) -> str:
-    """The exception and the line of the user's code (the last frame outside the kit and the simulator)."""
-    frames = [fr for fr in traceback.extract_tb(exc.__traceback__) if "/collectives/kit/" not in fr.filename]
+    """The exception and the user's line: the innermost frame outside the kit and the in-process ranks."""
+    frames = [fr for fr in traceback.extract_tb(exc.__traceback__) if not _kit_frame(fr.filename)]
     where = f" at {frames[-1].filename}:{frames[-1].lineno}: {frames[-1].line}" if frames else ""
-    notes = " ".join(getattr(exc, "__notes__", []))
+    notes = " ".join(n for n in getattr(exc, "__notes__", []) if "simulated rank" not in n)
+    if isinstance(exc, SystemExit):
+        return f"the function called sys.exit({exc.code!r}){where}"
+    if isinstance(exc, KeyboardInterrupt):
+        return f"KeyboardInterrupt raised inside the function{where}"
+    if isinstance(exc, ExitCalled):
+        return str(exc)
     return f"{type(exc).__name__}: {exc} {notes}{where}".strip()
 
 
+_KIT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # collectives/
+
+
+def _kit_frame(filename: str) -> bool:
+    name = os.path.abspath(filename)
+    return name.startswith(os.path.join(_KIT, "kit") + os.sep) or name == os.path.join(_KIT, "inprocess.py")
+
+
 def _check(
-    out: Outcome, arrays: list[Arrays], members: list[list[int]], cost: Cost | None, live: list[Any] | None = None
+    out: Outcome,
+    arrays: list[Arrays],
+    members: list[list[int]],
+    cost: Cost | None,
+    live: list[Any] | None = None,
+    roles: tuple[str, ...] | None = None,
 ) -> None:
     """The properties after a run that completed, in the order PROPERTIES lists them.
 
@@ -190,7 +310,9 @@ def _check(
     """
     live = out.results if live is None else live
     case, spec = out.case, COLLECTIVES[out.case.collective]
-    shape_errors, touched, wrong_ranks = [], [], []
+    shape_errors: list[str] = []
+    touched: list[str] = []
+    wrong_ranks: list[tuple[int, Any]] = []
     for group in members:
         for r, w in enumerate(group):
             got, want = out.results[w], out.expected[w]
@@ -202,6 +324,8 @@ def _check(
                 if name not in written and _aliases(live[w], after):
                     touched.append(f"rank {w}'s result is a view of its {name} (writing one changes the other)")
             if want is None:
+                if got is not None and case.collective in NO_RESULT_OFF_ROOT and not (roles and "recv" in roles):
+                    wrong_ranks.append((w, None))
                 continue
             problem = _shape_problem(got, want.value)
             if problem:
@@ -214,12 +338,23 @@ def _check(
         out.failures.append(("shape-dtype", "; ".join(shape_errors[:4])))
     if touched:
         out.failures.append(("inputs-untouched", "; ".join(touched[:4])))
+    off_root = [w for w, bad in wrong_ranks if bad is None]
+    wrong_ranks = [(w, bad) for w, bad in wrong_ranks if bad is not None]
     if wrong_ranks:
         w, bad = wrong_ranks[0]
         i = int(np.argmax(bad))
         out.first_wrong = (w, i)
         listed = ", ".join(f"{v} ({int(b.sum())} of {b.size})" for v, b in wrong_ranks[:8])
         out.failures.append(("result", f"wrong elements on ranks {listed}; first: rank {w}, element {i}"))
+    elif off_root:
+        out.failures.append(
+            (
+                "result",
+                f"rank {off_root[0]} is not the root (root {case.root % case.p}) but returned "
+                f"{type(out.results[off_root[0]]).__name__} (partial results?): off the root, {case.collective} "
+                "returns None",
+            )
+        )
     if spec.same_bits and not shape_errors:
         _same_bits(out, members)
     if cost is not None and case.layout == "world":

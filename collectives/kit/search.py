@@ -41,6 +41,8 @@ class Domain:
     layouts: tuple[str, ...] = LAYOUTS
     large: bool = True
     inplace: bool = False
+    min_ranks: int = 1
+    min_n: int | str = 0  # "p": at least as many elements as ranks
 
     @staticmethod
     def of(
@@ -50,17 +52,53 @@ class Domain:
         layouts: Sequence[str] | None = None,
         large: bool = True,
         inplace: bool = False,
+        min_ranks: int = 1,
+        min_n: int | str = 0,
+        rooted: bool = True,
     ) -> Domain:
         spec = COLLECTIVES[collective]
+        unknown = [d for d in dtypes or () if d not in DTYPES]
+        if unknown:
+            raise ValueError(f"unknown dtype {unknown[0]!r}: expected some of {', '.join(DTYPES)}")
+        unknown = [o for o in ops or () if o not in OP_KINDS]
+        if unknown:
+            raise ValueError(f"unknown op {unknown[0]!r}: expected some of {', '.join(OP_KINDS)}")
+        unknown = [x for x in layouts or () if x not in LAYOUTS]
+        if unknown:
+            raise ValueError(f"unknown layout {unknown[0]!r}: expected some of {', '.join(LAYOUTS)}")
         names = [d for d in (dtypes or DTYPES) if spec.reduces or not d.startswith("pair:")]
         if spec.reduces:
             names = [d for d in names if ops_for(d, ops)]
         if not names:
-            raise ValueError(f"no dtype of {list(dtypes or DTYPES)} fits {collective} with ops {ops}")
+            raise ValueError(f"no dtype of {list(dtypes or DTYPES)} fits {collective} with ops {list(ops or [])}")
         return Domain(
-            collective, spec.reduces, spec.rooted, tuple(names), tuple(ops or OP_KINDS), tuple(layouts or LAYOUTS),
-            large, inplace,
+            collective, spec.reduces, spec.rooted and rooted, tuple(names), tuple(ops or OP_KINDS),
+            tuple(layouts or LAYOUTS), large, inplace, min_ranks, min_n,
         )  # fmt: skip
+
+    def least_n(self, p: int) -> int:
+        """The smallest n the contract allows at p."""
+        return p if self.min_n == "p" else int(self.min_n)
+
+    def allows(self, case: Case) -> bool:
+        return case.p >= self.min_ranks and case.n >= self.least_n(case.p)
+
+    def contract(self) -> str:
+        """The contract judged, in words: 'the full contract' or what it was narrowed to."""
+        parts = []
+        if self.dtypes != tuple(d for d in DTYPES if self.reduces or not d.startswith("pair:")):
+            parts.append("dtypes " + ",".join(self.dtypes))
+        if self.reduces and self.ops != tuple(OP_KINDS):
+            parts.append("ops " + ",".join(self.ops))
+        if self.layouts != LAYOUTS:
+            parts.append("layouts " + ",".join(self.layouts))
+        if self.min_ranks > 1:
+            parts.append(f"p >= {self.min_ranks}")
+        if self.min_n not in (0, "0"):
+            parts.append(f"n >= {self.min_n}")
+        if COLLECTIVES[self.collective].rooted and not self.rooted:
+            parts.append("root 0")
+        return "the full contract" if not parts else "the contract " + "; ".join(parts)
 
 
 def size_classes(p: int, rng: np.random.Generator, large: bool = True) -> list[int]:
@@ -80,14 +118,27 @@ def size_classes(p: int, rng: np.random.Generator, large: bool = True) -> list[i
     return classes
 
 
-def draw(rng: np.random.Generator, domain: Domain, max_ranks: int = 16, p: int | None = None) -> Case:
-    """One case, every field uniform over the domain (``p`` fixed under MPI)."""
-    p = int(rng.integers(1, max_ranks + 1)) if p is None else p
+BEYOND = 0.1  # the share of cases drawn past max_ranks (up to twice it), where only a large p breaks
+HUGE = 0.05  # the share of cases drawn with n of 2^16..2^18 (past 512 KiB of float64), at p <= 8
+
+
+def draw(
+    rng: np.random.Generator, domain: Domain, max_ranks: int = 16, p: int | None = None, beyond: bool = False
+) -> Case:
+    """One case, every field uniform over the domain (``p`` fixed under MPI); with ``beyond``, now and
+    then a p in max_ranks+1..2 max_ranks."""
+    if p is None and beyond and rng.random() < BEYOND:
+        p = int(rng.integers(max_ranks + 1, 2 * max_ranks + 1))
+    elif p is None:
+        p = int(rng.integers(min(domain.min_ranks, max_ranks), max_ranks + 1))
     layout = str(rng.choice(domain.layouts))
     dtype = str(rng.choice(domain.dtypes))
     op = str(rng.choice(ops_for(dtype, domain.ops))) if domain.reduces else None
     classes = size_classes(p, rng, domain.large)
     n = classes[int(rng.integers(0, len(classes)))]
+    if domain.large and p <= 8 and rng.random() < HUGE:
+        n = int(rng.integers(2**16, 2**18 + 1))
+    n = max(n, domain.least_n(p))
     root = int(rng.integers(0, p)) if domain.rooted else 0
     values = str(rng.choice(value_kinds(dtype, op)))
     seed = int(rng.integers(0, 2**32))
@@ -95,12 +146,23 @@ def draw(rng: np.random.Generator, domain: Domain, max_ranks: int = 16, p: int |
 
 
 def smaller(case: Case, domain: Domain, shrink_p: bool = True) -> Iterator[Case]:
-    """Simpler neighbours of a case, simplest first: one field changed each."""
+    """Simpler neighbours of a case, simplest first: one field changed each (p with the layout together
+    too), within the domain's contract."""
+    for candidate in _smaller(case, domain, shrink_p):
+        if domain.allows(candidate):
+            yield candidate
+
+
+def _smaller(case: Case, domain: Domain, shrink_p: bool) -> Iterator[Case]:
     if shrink_p:
         for p in sorted({1, 2, 3, case.p // 2, case.p - 1}):
             if 1 <= p < case.p:  # a root other than 0 may matter: keep one where the smaller p allows
                 for root in sorted({case.root % p, min(case.root, p - 1), min(case.root, 1, p - 1)}):
                     yield case.with_(p=p, root=root)
+                    if case.layout != "world" and "world" in domain.layouts:
+                        yield case.with_(p=p, root=root, layout="world")
+                if case.n > domain.least_n(p) and case.n > domain.least_n(case.p):  # n scaled with p
+                    yield case.with_(p=p, root=min(case.root, p - 1), n=max(domain.least_n(p), case.n * p // case.p))
     if case.layout != "world" and "world" in domain.layouts:
         yield case.with_(layout="world")
     for n in sorted({0, 1, 2, 3, case.p - 1, case.p + 1, case.n // 2, case.n - 1}):

@@ -5,7 +5,7 @@ tree.py, recursive_doubling.py, prefix.py ...), with the kit's signature for its
 modules group them by what goes wrong (ring_bugs: the ring's steps and buffers; result_bugs: the
 array returned; root_bugs: roots and the tree; doubling_bugs: partners and order; block_bugs: which
 block goes where; prefix_bugs: scans; comm_bugs: communicators; state_bugs: arrival order and state
-kept between calls).
+kept between calls; mpi_bugs: what MPI itself catches or suffers, and exits).
 
 ``CATALOGUE`` lists them with what the kit should report: the property that breaks first (in the
 order of ``collectives.testing.PROPERTIES``) and a bound on the shrunk case. tests/test_kit_catalogue.py
@@ -18,7 +18,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kit_bugs import block_bugs, comm_bugs, doubling_bugs, prefix_bugs, result_bugs, ring_bugs, root_bugs, state_bugs
+from kit_bugs import (
+    block_bugs,
+    comm_bugs,
+    doubling_bugs,
+    mpi_bugs,
+    prefix_bugs,
+    result_bugs,
+    ring_bugs,
+    root_bugs,
+    state_bugs,
+)
 
 
 @dataclass(frozen=True)
@@ -95,4 +105,14 @@ CATALOGUE = [
         also=()),  # the first call's result is copied as it returns: the overwrite is the second call's doing
     Bug(state_bugs.gather_any_source, "gather", "result", "p >= 3 (12 runs: p = 3 eleven times, p = 4 once)",
         lambda c: c.p >= 3, also=("repeatable",)),  # a race shows in either call, and shrinks as far as re-runs fail
+    # what MPI itself catches or suffers (issue 31), and ways out of a call
+    Bug(mpi_bugs.truncated_receive, "allreduce", "truncation", "p = 2, n = 1", lambda c: c.p == 2 and c.n == 1),
+    Bug(mpi_bugs.sendrecv_one_buffer, "allreduce", "no-aliasing", "p = 2, n = 1", lambda c: c.p == 2 and c.n == 1),
+    Bug(mpi_bugs.isend_never_waited, "allreduce", "request-completed", "p = 2, n = 0",
+        lambda c: c.p == 2 and c.n == 0),
+    Bug(mpi_bugs.isend_buffer_overwritten, "allreduce", "send-buffer-untouched", "p = 2, n = 1",
+        lambda c: c.p == 2 and c.n == 1),
+    Bug(mpi_bugs.reduce_partial_off_root, "reduce", "result", "p = 2, n = 0", lambda c: c.p == 2 and c.n == 0),
+    Bug(mpi_bugs.exits_on_empty_input, "allreduce", "completes", "p = 1, n = 0", lambda c: c.p == 1 and c.n == 0),
+    Bug(mpi_bugs.os_exit_on_one_rank, "allreduce", "completes", "p = 1, n = 0", lambda c: c.p == 1 and c.n == 0),
 ]  # fmt: skip
