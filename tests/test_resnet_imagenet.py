@@ -136,3 +136,20 @@ def test_resnet50_parity_with_torch_float32(size, rng):
 
 def test_resnet50_parity_with_torch_float64_224(rng):
     _parity(50, 224, rng, np.float64)
+
+
+def test_train_cnn_flags_pick_the_imagenet_presets(capsys):
+    from minidl.train import cli
+    from minidl.train.cnn import CNNTask
+
+    def resolved(*argv: str):
+        return cli.resolve(CNNTask, cli.build_parser(CNNTask).parse_args(list(argv)))
+
+    preset, cfg = resolved("--model", "resnet50", "--image", "64")
+    assert preset == "imagenet" and (cfg.model, cfg.image, cfg.batch_size) == ("resnet50", 64, 32)
+    preset, cfg = resolved("--model", "resnet18", "--quick")
+    assert preset == "imagenet-quick" and cfg.model == "resnet18" and cfg.images == "tiny"
+    assert resolved("--quick")[0] == "quick" and resolved()[1].model == "resnet"  # the CIFAR ResNets as they were
+    with pytest.raises(SystemExit):
+        resolved("--model", "resnet50", "--image", "31")
+    assert "--image: must be at least 32 pixels, got 31" in capsys.readouterr().err

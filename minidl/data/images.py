@@ -133,6 +133,7 @@ class ImageSet:
 IMAGE_CONFIGS: dict[str, dict] = {
     "default": dict(n_train=10_000, n_test=2_000, size=32, channels=1),
     "quick": dict(n_train=1_000, n_test=300, size=32, channels=1),
+    "tiny": dict(n_train=256, n_test=64, size=32, channels=1),  # a ResNet-50's --quick run
 }
 
 

@@ -156,7 +156,7 @@ def build_parser(task: Any) -> argparse.ArgumentParser:
 def resolve(task: Any, args: argparse.Namespace) -> tuple[str, Any]:
     """The preset's name and its configuration with every flag given (``task.OVERRIDES``: flag -> field)."""
     quick = args.quick or os.environ.get("MINIDL_QUICK") == "1"
-    preset = args.preset or ("quick" if quick else "demo")
+    preset = args.preset or task.default_preset(args, quick)
     changes = {
         field: getattr(args, flag) for flag, field in task.OVERRIDES.items() if getattr(args, flag, None) is not None
     }

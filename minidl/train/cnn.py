@@ -4,6 +4,7 @@
     python -m minidl.train cnn --depth 20 --width 16 --epochs 10 # ResNet-20 as in He et al. (2016)
     python -m minidl.train cnn --data ~/mnist                    # MNIST / Fashion-MNIST IDX files
     mpiexec -n 2 python -m minidl.train cnn --parallel data --allreduce ring --sync-bn
+    python -m minidl.train cnn --model resnet50 --image 64       # torchvision's ResNet-50, preset imagenet
 
 Two tasks, one program:
 
@@ -35,18 +36,31 @@ import minidl.nn.functional as F
 from minidl import nn, optim
 from minidl.data.idx import mnist_images
 from minidl.data.images import ImageSet, generated_images
-from minidl.models.resnet import CNN_PRESETS, CNNConfig
+from minidl.models.resnet import CNN_PRESETS, IMAGENET_MODELS, CNNConfig
 from minidl.nn.norm import running_stats_frozen
 from minidl.train import cli
 from minidl.train.loop import Task
 
 PRESETS = CNN_PRESETS
-OVERRIDES = {f: f for f in ("depth", "width", "batch_size", "lr", "epochs", "momentum", "weight_decay")}
+OVERRIDES = {
+    f: f for f in ("depth", "width", "batch_size", "lr", "epochs", "momentum", "weight_decay", "model", "image")
+}
 
 
 def load_images(args: argparse.Namespace, cfg: CNNConfig) -> ImageSet:
-    """``--data DIR``: MNIST-format IDX files (10 classes), else the preset's generated multi-label shapes."""
-    return mnist_images(args.data) if args.data else generated_images(cfg.images, seed=0)
+    """``--data DIR``: MNIST-format IDX files (10 classes), else the preset's generated multi-label shapes
+    (``cfg.image`` pixels a side where set)."""
+    if args.data:
+        return mnist_images(args.data)
+    return generated_images(cfg.images, seed=0, **({"size": cfg.image} if cfg.image else {}))
+
+
+def image_size(text: str) -> int:
+    """``--image``: a side of at least 32 pixels (torchvision's ResNets reach 1x1 at their last stage)."""
+    size = cli.positive_int(text)
+    if size < 32:
+        raise argparse.ArgumentTypeError(f"must be at least 32 pixels, got {size}")
+    return size
 
 
 def correct(multilabel: bool, logits: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -66,6 +80,12 @@ class CNNTask(Task):
     def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--data", metavar="DIR", help="a directory of IDX files (MNIST / Fashion-MNIST format)")
         model = parser.add_argument_group("network and schedule (override the preset)")
+        model.add_argument(
+            "--model",
+            choices=("resnet", *IMAGENET_MODELS),
+            help="resnet: the CIFAR ResNet of --depth and --width (default); resnet18 ... resnet152: torchvision's",
+        )
+        model.add_argument("--image", type=image_size, metavar="PIXELS", help="generated images' side (32; >= 32)")
         model.add_argument("--depth", type=cli.positive_int, help="ResNet depth, 6n + 2 (8, 14, 20, 32, ...)")
         model.add_argument("--width", type=cli.positive_int, help="channels of the first stage (16 in He et al.)")
         model.add_argument("--momentum", type=float)
@@ -86,10 +106,21 @@ class CNNTask(Task):
         """Steps per epoch of a run whose ranks together take ``global_batch`` examples (the sampler drops the rest)."""
         return self.data.x_train.shape[0] // global_batch
 
+    @staticmethod
+    def default_preset(args: argparse.Namespace, quick: bool) -> str:
+        """torchvision's ResNets (``--model resnet50``) get the imagenet presets: bigger images, fewer epochs."""
+        imagenet = getattr(args, "model", None) in IMAGENET_MODELS
+        return ("imagenet-quick" if imagenet else "quick") if quick else ("imagenet" if imagenet else "demo")
+
     def model(self) -> nn.Module:
-        return nn.resnet(self.cfg.depth, len(self.classes), self.data.x_train.shape[1], self.cfg.width)
+        c, classes, channels = self.cfg, len(self.classes), self.data.x_train.shape[1]
+        if c.model in IMAGENET_MODELS:
+            return nn.resnet_imagenet(int(c.model[6:]), classes, channels, zero_init_residual=True)  # Goyal et al.
+        return nn.resnet(c.depth, classes, channels, c.width)
 
     def size_flags(self) -> str:
+        if self.cfg.model in IMAGENET_MODELS:
+            return f"--model {self.cfg.model}, --image {self.data.x_train.shape[-1]}"
         return f"--depth {self.cfg.depth}, --width {self.cfg.width}"
 
     def optimizer(self, params: list) -> optim.Optimizer:
@@ -169,7 +200,12 @@ class CNNTask(Task):
         c, d, a = self.cfg, self.data, self.args
         kind = "multi-label, BCE with logits" if self.multilabel else "single-label, cross-entropy"
         sync = ", SyncBatchNorm" if a.sync_bn and a.parallel == "data" else ""
-        return f"ResNet-{c.depth} (width {c.width}), preset {preset!r}: {n_params:,} parameters ({a.dtype})", [
+        net = (
+            f"ResNet-{c.model[6:]} (torchvision)"
+            if c.model in IMAGENET_MODELS
+            else f"ResNet-{c.depth} (width {c.width})"
+        )
+        return f"{net}, preset {preset!r}: {n_params:,} parameters ({a.dtype})", [
             f"data: {d.name}: train {d.x_train.shape}, test {d.x_test.shape}, {len(self.classes)} outputs ({kind})",
             f"batch {c.batch_size}/rank, {spe} steps/epoch, {c.epochs} epochs; SGD lr {c.lr * self.lr_scale:g} momentum {c.momentum} "
             f"wd {c.weight_decay}, warmup {self.warmup(spe)} steps then cosine{sync}"
