@@ -12,7 +12,7 @@ and ``torch.set_num_threads(1)``. The two alternate for ``--rounds`` rounds (>= 
 its median step time; printed are the median over rounds with their spread (min-max), the ratio of the
 medians, the ratio within each round (min-max) and peak RSS.
 
-Both run under the glibc malloc thresholds that ``import minidl`` sets (minidl/memory.py), and PyTorch
+Both run under the glibc malloc thresholds that ``import minidl`` sets (minidl/tools/memory.py), and PyTorch
 runs once more per round under glibc's defaults ("torch-glibc"), as a PyTorch user's process would:
 the first ratio compares the frameworks' own work, the second what each gives out of the box.
 
@@ -46,7 +46,7 @@ import numpy as np
 from harness import TORCH_GLIBC, peak_rss_mb, report, spawn, time_steps  # sets the BLAS threads to 1
 from op_clock import split_report
 
-from minidl.info import print_header
+from minidl.tools.info import print_header
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)

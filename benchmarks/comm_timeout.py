@@ -19,8 +19,8 @@ import numpy as np
 import collectives
 import minidl.distributed as dist
 from minidl.distributed.timeout import TimeoutComm
-from minidl.info import print_header
-from minidl.measure import busy_note, interleaved, peak_rss_mb, spread
+from minidl.tools.info import print_header
+from minidl.tools.measure import busy_note, interleaved, peak_rss_mb, spread
 
 
 def per_call(comm, x: np.ndarray, algorithm: str, calls: int) -> float:

@@ -19,7 +19,7 @@ from harness import median_spread, peak_rss_mb
 
 import minidl
 import minidl.nn.functional as F
-from minidl.info import SGEMM_N, SGEMM_QUICK_N, sgemm_gflops
+from minidl.tools.info import SGEMM_N, SGEMM_QUICK_N, sgemm_gflops
 
 LAYERS = [  # (name, N, C, H=W, O, k, stride, padding)
     ("R50 3x3 56x56x64", 8, 64, 56, 64, 3, 1, 1),

@@ -21,8 +21,8 @@ import numpy as np  # noqa: E402
 
 import minidl  # noqa: E402
 import minidl.nn.functional as F  # noqa: E402
-from minidl.info import print_header  # noqa: E402
-from minidl.measure import busy_note, interleaved, peak_rss_mb, seconds, spread  # noqa: E402
+from minidl.tools.info import print_header  # noqa: E402
+from minidl.tools.measure import busy_note, interleaved, peak_rss_mb, seconds, spread  # noqa: E402
 
 
 def main() -> None:

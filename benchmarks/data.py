@@ -20,8 +20,8 @@ import numpy as np  # noqa: E402
 
 from minidl.data import generated_corpus, make_shapes  # noqa: E402
 from minidl.data.corpus_gen import CONFIGS, build_language  # noqa: E402
-from minidl.info import print_header  # noqa: E402
-from minidl.measure import peak_rss_mb, seconds, spread  # noqa: E402
+from minidl.tools.info import print_header  # noqa: E402
+from minidl.tools.measure import peak_rss_mb, seconds, spread  # noqa: E402
 
 
 def median_time(fn, rounds: int) -> float:

@@ -39,7 +39,7 @@ import time
 import numpy as np
 from harness import SAME_MALLOC, median_spread, peak_rss_mb  # sets the BLAS thread counts (workers inherit them)
 
-from minidl.info import print_header
+from minidl.tools.info import print_header
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VOCAB, HIDDEN, LAYERS, T, B, CLIP = 10_000, 200, 2, 20, 20, 5.0

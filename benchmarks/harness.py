@@ -21,7 +21,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 from threadpoolctl import threadpool_limits  # noqa: E402
 
-from minidl import memory  # noqa: E402 (after the thread counts: it loads NumPy)
+from minidl.tools import memory  # noqa: E402 (after the thread counts: it loads NumPy)
 
 # The variables reach only BLAS libraries loaded after them: a script that imported NumPy before this module
 # (isort puts ``import numpy`` above ``from harness import``) had already started OpenBLAS with one thread per
@@ -30,7 +30,7 @@ from minidl import memory  # noqa: E402 (after the thread counts: it loads NumPy
 threadpool_limits(1)
 
 # Every child, minidl's and PyTorch's, runs under the glibc malloc thresholds that ``import minidl`` sets
-# (minidl/memory.py): the same allocator settings on both sides, so a ratio measures the frameworks' own
+# (minidl/tools/memory.py): the same allocator settings on both sides, so a ratio measures the frameworks' own
 # work, not which of them happened to page-fault its freed arrays back in (PyTorch's LM step gains 20-25%).
 SAME_MALLOC = {
     "MALLOC_MMAP_THRESHOLD_": str(memory.MMAP_THRESHOLD),

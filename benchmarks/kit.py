@@ -34,7 +34,7 @@ from kit_bugs import CATALOGUE, ring_bugs  # noqa: E402
 
 from collectives import ring  # noqa: E402
 from collectives.testing import PropertyFailure, check  # noqa: E402
-from minidl.info import header_lines, machine_facts  # noqa: E402
+from minidl.tools.info import header_lines, machine_facts  # noqa: E402
 
 TARGET_S = 60.0
 

@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 from large_batch_study import RECIPES, images, norm_study, sweep  # noqa: E402
 
-from minidl.info import print_header  # noqa: E402
+from minidl.tools.info import print_header  # noqa: E402
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ CPU seconds of the process; the two frameworks run alternately ``--repeats`` (>=
 median words/s over the runs with their spread (min-max), in CPU time and wall clock, the ratio of the
 medians, the per-run ratios, and peak RSS.
 
-Both run under the glibc malloc thresholds that ``import minidl`` sets (minidl/memory.py), and PyTorch
+Both run under the glibc malloc thresholds that ``import minidl`` sets (minidl/tools/memory.py), and PyTorch
 runs once more per round under glibc's defaults ("torch-glibc"), as a PyTorch user's process would:
 the first ratio compares the frameworks' own work, the second what each gives out of the box.
 
@@ -36,7 +36,7 @@ import sys
 from harness import TORCH_GLIBC, peak_rss_mb, report, spawn, time_steps  # sets the BLAS threads to 1
 from op_clock import split_report
 
-from minidl.info import print_header
+from minidl.tools.info import print_header
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

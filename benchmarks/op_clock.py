@@ -9,7 +9,7 @@ seconds while it is active, and counts the flops of the GEMM-bound ones from the
     LSTM layer (T, B, I -> H)     forward 2 T B 4H (I + H);  backward 2 T B 4H (I (dx + dW_ih) + H (dh + dW_hh))
 
 Each GEMM-bound piece (one op at one shape, forward and backward together) is then a rate, GFLOP/s, and a
-fraction of the sgemm rate measured in the same process (``minidl.info.sgemm_gflops``): the physical limit of
+fraction of the sgemm rate measured in the same process (``minidl.tools.info.sgemm_gflops``): the physical limit of
 that piece on this core. The rest of the step is the other ops by name (batch norm, ReLU, cross-entropy, ...)
 and what runs outside any op (the optimizer, the autograd engine, Python).
 
@@ -167,7 +167,7 @@ class OpClock:
 def split_report(step: Callable[[int], Any], steps: int, first: int = 0) -> list[str]:
     """Measure the sgemm peak here, run ``step(first + i)`` for ``steps`` steps under an ``OpClock``, and return
     its report: what ``--split`` of cnn.py and lstm_lm.py prints."""
-    from minidl.info import sgemm_gflops
+    from minidl.tools.info import sgemm_gflops
 
     peak = sgemm_gflops()
     with OpClock() as clock:

@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 
 from minidl.distributed.timeline import load  # noqa: E402
-from minidl.info import print_header  # noqa: E402
+from minidl.tools.info import print_header  # noqa: E402
 
 COMPUTE = ("forward", "backward")  # main-thread compute spans (the update span may hold the synchronize)
 

@@ -26,8 +26,8 @@ import compare as C  # benchmarks/compare.py, beside this file
 import numpy as np
 
 from minidl.distributed.parameter_server.protocol import HEADER_BYTES
-from minidl.info import print_header
-from minidl.measure import busy_note, peak_rss_mb, spread
+from minidl.tools.info import print_header
+from minidl.tools.measure import busy_note, peak_rss_mb, spread
 
 
 def main(argv: list[str] | None = None) -> list[C.SchemeResult] | None:

@@ -44,8 +44,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ALGORITHMS = ["ring", "tree", "naive", "recursive_doubling", "rabenseifner", "auto", "mpi"]
 VOCAB, HIDDEN, LAYERS, T, B = 10_000, 200, 2, 20, 20
 sys.path.insert(0, ROOT)
-from minidl.info import print_header  # noqa: E402
-from minidl.measure import peak_rss_mb, spread  # noqa: E402
+from minidl.tools.info import print_header  # noqa: E402
+from minidl.tools.measure import peak_rss_mb, spread  # noqa: E402
 
 
 # ----------------------------------------------------------------------------- the worker (one MPI job)

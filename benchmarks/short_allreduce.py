@@ -25,8 +25,8 @@ import numpy as np
 
 import collectives
 from collectives.dispatch import ALLREDUCE
-from minidl.info import print_header
-from minidl.measure import busy_note, interleaved, peak_rss_mb, spread
+from minidl.tools.info import print_header
+from minidl.tools.measure import busy_note, interleaved, peak_rss_mb, spread
 
 
 class EchoComm:

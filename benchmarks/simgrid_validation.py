@@ -37,7 +37,7 @@ from benchmarks.validation_tables import error, saved_simgrid, simgrid_table, si
 from collectives.cost import CostParams  # noqa: E402
 from collectives.virtual_time.topology import balanced_dims  # noqa: E402
 from collectives.virtual_time.trace import trace_rows  # noqa: E402
-from minidl.info import cpu_model  # noqa: E402
+from minidl.tools.info import cpu_model  # noqa: E402
 
 ORACLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "simgrid_oracle.py")
 SYSTEM_PYTHON = "/usr/bin/python3"

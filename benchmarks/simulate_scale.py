@@ -30,7 +30,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.harness import peak_rss_mb  # noqa: E402
-from minidl.info import print_header  # noqa: E402
+from minidl.tools.info import print_header  # noqa: E402
 
 MIB = 1 << 20
 SCALE_RUNS = [(256, "events"), (256, "rounds"), (1024, "rounds"), (4096, "rounds")]

@@ -58,8 +58,6 @@ sys.path.insert(0, ROOT)
 
 from benchmarks import validation_tables  # noqa: E402
 from collectives.cost import load_params  # noqa: E402
-from minidl.info import print_header  # noqa: E402
-from minidl.measure import busy_note  # noqa: E402
 from minidl.simulate import (  # noqa: E402
     Cluster,
     NodeSpec,
@@ -72,6 +70,8 @@ from minidl.simulate import (  # noqa: E402
     simulate_step,  # noqa: E402
 )
 from minidl.simulate.node import share as node_share  # noqa: E402
+from minidl.tools.info import print_header  # noqa: E402
+from minidl.tools.measure import busy_note  # noqa: E402
 
 
 # ----------------------------------------------------------------------------- 1. here
@@ -296,7 +296,7 @@ def report(args, cores: int, ranks: list[int], rows: dict, effs: list[float], it
 
 def save(args, cores: int, rows: dict, effs: list[float], params: dict) -> None:
     """The runs as benchmarks/validation_tables.py reads them (docs/data/simulate_validation_here.json)."""
-    from minidl.info import machine_facts
+    from minidl.tools.info import machine_facts
 
     facts = machine_facts()
     cpu = facts.get("cpu", {})

@@ -29,8 +29,8 @@ import minidl  # noqa: E402
 import minidl.distributed as dist  # noqa: E402
 import minidl.nn.functional as F  # noqa: E402
 from minidl import optim  # noqa: E402
-from minidl.info import print_header  # noqa: E402
 from minidl.models.lm import LSTMLanguageModel  # noqa: E402
+from minidl.tools.info import print_header  # noqa: E402
 
 K = 2  # Adam: exp_avg and exp_avg_sq
 

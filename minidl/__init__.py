@@ -3,7 +3,6 @@
 from minidl.autograd import Function, enable_grad, is_grad_enabled, no_grad, unbroadcast
 from minidl.creation import arange, eye, full, full_like, ones, ones_like, randn, zeros, zeros_like
 from minidl.gradcheck import GradcheckError, gradcheck, numerical_grad
-from minidl.memory import tune_malloc
 from minidl.ops import (
     abs,
     amax,
@@ -60,10 +59,11 @@ from minidl.ops import (
 from minidl.random import default_generator, manual_seed
 from minidl.serialization import CheckpointError, load, save
 from minidl.tensor import Tensor, get_default_dtype, set_default_dtype, tensor
+from minidl.tools.memory import tune_malloc
 
 __version__ = "0.1.0"
 
-tune_malloc()  # glibc keeps freed arrays for the next step (minidl/memory.py)
+tune_malloc()  # glibc keeps freed arrays for the next step (minidl/tools/memory.py)
 
 __all__ = [
     "CheckpointError", "Function", "GradcheckError", "Tensor", "default_generator", "enable_grad",

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import minidl
-from minidl import launch
 from minidl.distributed import checkpoint_schedule as checkpoints
+from minidl.tools import launch
 from minidl.train import lm
 
 ROOT = Path(__file__).resolve().parents[1]

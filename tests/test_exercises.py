@@ -8,6 +8,7 @@ hashes regenerated from the solutions, and the command line's exit codes.
 from __future__ import annotations
 
 import ast
+import json
 import subprocess
 import sys
 
@@ -131,3 +132,89 @@ def test_command_line(tmp_path, monkeypatch, capsys):
     cmd = [sys.executable, "-m", "minidl.exercises", "check", "one_f_one_b"]
     failed = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert failed.returncode == 1 and "not implemented yet: one_f_one_b" in failed.stdout, failed.stdout + failed.stderr
+
+
+# -- every way out of a student's code is a verdict (issue 31, part 5), and a class graded at once (part 6)
+def _ring_with(tmp_path, line: str):
+    """The reference ring with ``line`` as the first statement of allreduce."""
+    source = find("ring_allreduce").solution.read_text()
+    head = next(s for s in source.splitlines() if s.startswith("def allreduce("))
+    path = tmp_path / "03_ring_allreduce.py"
+    path.write_text(source.replace(head, f"{head}\n    {line}"))
+    return path
+
+
+@pytest.mark.parametrize("line", ["import sys; sys.exit(0)", "import os; os._exit(0)"])
+def test_an_exit_in_the_solution_never_passes_submit(tmp_path, capsys, line):
+    from minidl.exercises.__main__ import main
+
+    path = _ring_with(tmp_path, line)
+    assert main(["check", "ring_allreduce", "--file", str(path), "--submit", "--seed", "1"]) == 1
+    out = capsys.readouterr().out
+    assert "PASS" not in out and ("SystemExit" in out or "no verdict" in out), out
+
+
+def test_an_endless_forward_gets_a_verdict_at_the_time_limit(tmp_path, capsys):
+    from minidl.exercises.__main__ import main
+
+    source = find("logsumexp").solution.read_text()
+    head = next(s for s in source.splitlines() if s.strip().startswith("def forward("))
+    path = tmp_path / "01_logsumexp.py"
+    path.write_text(source.replace(head, f"{head}\n        while True:\n            pass"))
+    assert main(["check", "logsumexp", "--file", str(path), "--time-limit", "3"]) == 1
+    assert "FAIL logsumexp: timed out: no verdict within 3 s" in capsys.readouterr().out
+
+
+def test_a_sleeping_collective_fails_at_the_first_run_not_after_every_rerun(tmp_path, monkeypatch):
+    import time
+
+    monkeypatch.setattr(cc, "CASE_TIMEOUT", 0.5)
+    start = time.perf_counter()
+    outcome = run(find("ring_allreduce"), _ring_with(tmp_path, "import time; time.sleep(30)"))
+    assert outcome.prop == "completes" and "no return within 0.5 s" in outcome.text, outcome.text
+    assert time.perf_counter() - start < 5  # was 116 s: 60 s in the first run, then 20 s per rerun of the kit
+
+
+def test_bad_seed_and_a_file_in_the_way_are_one_line(tmp_path, monkeypatch, capsys):
+    from minidl.exercises.__main__ import main
+
+    with pytest.raises(SystemExit) as stop:  # was a failure of the reference solution
+        main(["check", "logsumexp", "--solution", "--submit", "--seed", "-3"])
+    assert stop.value.code == 2 and "--seed -3: a seed is a non-negative integer" in capsys.readouterr().err
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "exercises").write_text("not a folder")
+    assert main(["start", "logsumexp"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot copy the skeleton to exercises/01_logsumexp.py" in err, err
+
+
+def test_grade_a_class_copies_of_one_exercise(tmp_path):
+    ex = find("logsumexp")
+    solution = ex.solution.read_text()
+    copies = {
+        "ana.py": solution,
+        "ben/01_logsumexp.py": solution,
+        "carl.py": ex.skeleton.read_text(),
+        "dora.py": solution.replace("m = x.max(axis=-1, keepdims=True)", "m = np.zeros_like(x[..., :1])"),
+        "eve.py": "import time\ntime.sleep(60)\n",
+        "fay.py": "import os\nos._exit(0)\n",
+    }
+    for name, source in copies.items():
+        (tmp_path / "class" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "class" / name).write_text(source)
+    cmd = [sys.executable, "-m", "minidl.exercises", "grade", str(tmp_path / "class"), "logsumexp", "--seed", "5"]
+    cmd += ["--timeout", "5", "--json", str(tmp_path / "grades.json")]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = {r["submission"]: r for r in json.loads((tmp_path / "grades.json").read_text())}
+    got = {name: (r["verdict"], r["property"]) for name, r in rows.items()}
+    assert got == {
+        "ana": ("passed", ""),
+        "ben": ("passed", ""),
+        "carl": ("failed", "not implemented yet: LogSumExp.forward"),
+        "dora": ("failed", "forward, stable (no overflow)"),
+        "eve": ("timed out", "no verdict within 5 s"),
+        "fay": ("no verdict", "exit status 0 before the verdict (sys.exit or os._exit in the code?)"),
+    }, done.stdout
+    assert rows["dora"]["case"].startswith("x of shape") and "2 of 6 passed" in done.stdout
+    assert "hidden" in (tmp_path / "class-reports" / "ana.txt").read_text()  # --submit: the hidden cases ran

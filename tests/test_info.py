@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from minidl import info
+from minidl.tools import info
 
 AVX512 = {"sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_bf16", "amx_tile"}
 AVX2 = {"sse4_2", "avx", "avx2", "fma"}

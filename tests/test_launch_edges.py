@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from minidl import launch
 from minidl.distributed import checkpoint_schedule as checkpoints
+from minidl.tools import launch
 from minidl.train import lm
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,14 +8,14 @@ import sys
 
 import pytest
 
-from minidl import memory
+from minidl.tools import memory
 
 pytestmark = pytest.mark.skipif(not memory.glibc(), reason="glibc's mallopt only")
 
 # Three 24 MiB arrays, touched, then freed, three times: the resident set after each free, in MiB above the start.
 PROGRAM = """
 import numpy as np
-import minidl, minidl.memory as m
+import minidl, minidl.tools.memory as m
 def rss():
     return int(open('/proc/self/statm').read().split()[1]) * 4096 / 2**20
 base = rss()

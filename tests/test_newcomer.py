@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from minidl import threads, tutorial
+from minidl.tools import threads, tutorial
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -13,7 +13,7 @@ import sys
 import pytest
 from helpers.signals import ENV, MPIEXEC
 
-from minidl import plot, threads
+from minidl.tools import plot, threads
 from minidl.train import cnn, lm
 
 QUICK = ["--quick", "--max-steps", "4", "--log-every", "2"]

@@ -13,7 +13,7 @@ import matplotlib
 import pytest
 from helpers.signals import ENV, MPIEXEC
 
-from minidl import tutorial
+from minidl.tools import tutorial
 
 matplotlib.use("Agg")
 ROOT = Path(__file__).resolve().parents[1]

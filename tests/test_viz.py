@@ -10,7 +10,7 @@ import pytest
 import collectives
 import minidl
 from collectives.diagram import spacetime
-from minidl import viz
+from minidl.tools import viz
 
 
 def _small_graph():

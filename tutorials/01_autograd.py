@@ -34,7 +34,7 @@ import numpy as np
 
 import minidl
 import minidl.nn.functional as F
-from minidl import tutorial
+from minidl.tools import tutorial
 
 QUICK = tutorial.quick()  # --quick or MINIDL_QUICK=1 (how a notebook is told)
 minidl.set_default_dtype(np.float64)  # float64 throughout: exact comparisons with hand-made gradients
@@ -87,13 +87,13 @@ def print_graph(root: minidl.Tensor) -> None:
 print_graph(L)
 
 # %% [markdown]
-# The same graph as a picture: `minidl.viz.graph` reads the same links and draws each Function as a box with its
+# The same graph as a picture: `minidl.tools.viz.graph` reads the same links and draws each Function as a box with its
 # output's shape and dtype, each leaf as an ellipse (green: it requires grad; dashed: a constant). It uses
-# graphviz's `dot` program when it is installed, and matplotlib otherwise; `minidl.viz.to_dot(L)` gives the text
+# graphviz's `dot` program when it is installed, and matplotlib otherwise; `minidl.tools.viz.to_dot(L)` gives the text
 # that `dot` draws from.
 
 # %%
-from minidl import viz  # noqa: E402
+from minidl.tools import viz  # noqa: E402
 
 
 def draw_graph(root: minidl.Tensor, name: str, **options) -> None:

@@ -34,9 +34,10 @@ import numpy as np
 
 import minidl
 import minidl.nn.functional as F
-from minidl import nn, tutorial
+from minidl import nn
 from minidl.data.images import generated_images, make_shapes
 from minidl.nn.im2col import im2col
+from minidl.tools import tutorial
 from minidl.train import cnn
 
 QUICK = tutorial.quick()  # --quick or MINIDL_QUICK=1 (how a notebook is told)

@@ -45,9 +45,10 @@ from pathlib import Path
 import numpy as np
 
 import minidl
-from minidl import nn, tutorial
+from minidl import nn
 from minidl.data.corpus_gen import generated_corpus
 from minidl.data.text import batchify, bptt_batches, read_ptb
+from minidl.tools import tutorial
 from minidl.train import lm
 
 QUICK = tutorial.quick()  # --quick or MINIDL_QUICK=1 (how a notebook is told)

@@ -41,7 +41,7 @@ import collectives
 from collectives import cost
 from collectives.common import TAG_CHECK
 from collectives.inprocess import traffic
-from minidl import tutorial
+from minidl.tools import tutorial
 
 QUICK = tutorial.quick()  # --quick or MINIDL_QUICK=1 (how a notebook is told)
 try:

@@ -43,7 +43,8 @@ import numpy as np
 import minidl
 import minidl.distributed as dist
 import minidl.nn.functional as F
-from minidl import nn, optim, tutorial
+from minidl import nn, optim
+from minidl.tools import tutorial
 
 QUICK = tutorial.quick()  # --quick or MINIDL_QUICK=1 (how a notebook is told)
 comm = dist.init()  # MPI.COMM_WORLD

@@ -42,7 +42,7 @@ import collectives
 import minidl
 import minidl.distributed as dist
 import minidl.nn.functional as F
-from minidl import nn, optim, tutorial
+from minidl import nn, optim
 from minidl.distributed.model_parallel.layerwise import SequentialStage, gather_state_dict
 from minidl.distributed.model_parallel.tensor_parallel import ParallelMLP
 from minidl.distributed.pipeline.engine import Pipeline, make_grid, split_sequential
@@ -54,6 +54,7 @@ from minidl.distributed.pipeline.schedule import (
     stage_idle_fractions,
 )
 from minidl.tensor import Function
+from minidl.tools import tutorial
 
 QUICK = tutorial.quick()  # --quick or MINIDL_QUICK=1 (how a notebook is told)
 OUT = tutorial.out_dir()

@@ -43,7 +43,8 @@ import numpy as np
 import minidl
 import minidl.distributed as dist
 import minidl.nn.functional as F
-from minidl import nn, optim, tutorial
+from minidl import nn, optim
+from minidl.tools import tutorial
 
 # the experiment harness that races the schemes lives with the benchmarks (benchmarks/compare.py)
 sys.path.insert(0, str(tutorial.TUTORIALS.parent / "benchmarks"))

@@ -41,8 +41,8 @@ from pathlib import Path
 
 import collectives
 from collectives import cost
-from minidl import tutorial
 from minidl.simulate import Cluster, NodeSpec, TaskOptions, profile_task, scaling, simulate_step
+from minidl.tools import tutorial
 
 QUICK = tutorial.quick()  # --quick or MINIDL_QUICK=1 (how a notebook is told)
 MPIEXEC = tutorial.mpiexec()  # None when there is no MPI here: the real-run check is skipped

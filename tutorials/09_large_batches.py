@@ -45,8 +45,9 @@ import tempfile
 import matplotlib.pyplot as plt
 import numpy as np
 
-from minidl import amp, nn, tutorial
+from minidl import amp, nn
 from minidl.distributed import timeline
+from minidl.tools import tutorial
 from minidl.train import lm
 
 # the study (ResNet-8 at a global batch B by gradient accumulation) lives with the benchmark that runs it at scale

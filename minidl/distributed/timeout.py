@@ -265,7 +265,7 @@ class TimedRequest:
 def busy_polls(comm: Any) -> float:
     """How many tests a waiting rank makes before it starts to sleep: without end (busy-polling) on an mpi4py
     communicator when the ranks the launcher put on this node do not outnumber its cores, else ``SPINS``."""
-    from minidl.threads import ranks_on_this_node
+    from minidl.tools.threads import ranks_on_this_node
 
     if _mpi(comm) is not None and ranks_on_this_node() <= (os.cpu_count() or 1):
         return float("inf")

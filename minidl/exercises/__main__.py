@@ -1,16 +1,34 @@
 """python -m minidl.exercises list | start NAME | check NAME [--solution | --file PATH] [--submit [--seed S]]
+    | grade DIR NAME [--seed S] [--timeout S] [--json FILE] [--csv FILE]
 
-Exit status of ``check``: 0 pass, 1 fail, 2 usage error (no such exercise or file).
+Exit status of ``check``: 0 pass, 1 fail, 2 usage error (no such exercise or file). ``check`` runs the
+student's code in a child process (``collectives.kit.grade.run_isolated``) under a time limit
+(``--time-limit``, default 60 s; the slowest exercise's --submit takes 7 s here) and a memory limit: a loop
+that never ends, a sleep, ``sys.exit`` or ``os._exit`` in the student's code is a FAIL with its reason,
+never a pass. ``grade`` runs ``check --submit`` (hidden cases included) on every copy of one exercise in
+DIR, each in its own process, with one seed for the whole class, and prints collectives.check --grade's
+table (see collectives/kit/grade.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import re
 import secrets
 import shutil
 import sys
 from pathlib import Path
 
+from collectives.kit.grade import (
+    Finished,
+    checked_grading,
+    finish,
+    grade_folder,
+    grading_options,
+    judge,
+    run_isolated,
+)
 from minidl.exercises import EXERCISES, find
 from minidl.exercises.core import SEEDS, SKELETONS, Exercise, load, run, sha256
 
@@ -31,8 +49,12 @@ def _start(ex: Exercise, force: bool) -> int:
     if ex.workspace.exists() and not force:
         print(f"{ex.workspace} exists already (--force to overwrite it with the skeleton)", file=sys.stderr)
         return 2
-    ex.workspace.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(ex.skeleton, ex.workspace)
+    try:
+        ex.workspace.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(ex.skeleton, ex.workspace)
+    except OSError as exc:  # ./exercises is a file, or the folder is not writable
+        print(f"cannot copy the skeleton to {ex.workspace}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     print(f"copied the skeleton to {ex.workspace}: fill in the functions that raise NotImplementedError, then")
     print(f"  python -m minidl.exercises check {ex.name}")
     return 0
@@ -54,10 +76,53 @@ def _check(ex: Exercise, args: argparse.Namespace) -> int:
     if path is None or not path.is_file():
         print(f"no such file: {path}", file=sys.stderr)
         return 2
+    if args.seed is None and args.submit:
+        args.seed = secrets.randbelow(2**31)
+    if args.here:
+        return _check_here(ex, path, args)
+    done = run_isolated(_child(ex, path, args.submit, args.seed), timeout=args.time_limit)
+    verdict, why, _ = _judge(ex, args.submit, done, f"{args.time_limit:g} s (--time-limit)")
+    sys.stdout.write(done.output)
+    if verdict == "passed":
+        return 0
+    if verdict != "failed":
+        print(f"FAIL {ex.name}: {verdict}: {why}")
+    return 1
+
+
+def _child(ex: Exercise, path: Path, submit: bool, seed: int | None) -> list[str]:
+    """The command that checks ``path`` in a process of its own."""
+    cmd = [sys.executable, "-m", "minidl.exercises", "check", ex.name, "--file", str(path.resolve()), "--here"]
+    return cmd + (["--submit", "--seed", str(seed)] if submit else [])
+
+
+FAILED = re.compile(r"^FAIL(?: \S+)?: (?:property '([^']+)' broke|(not implemented yet: \S+))", re.M)
+SMALLEST = re.compile(r"^  smallest case: (.+)$", re.M)
+
+
+def _judge(ex: Exercise, submit: bool, done: Finished, limits: str) -> tuple[str, str, str]:
+    """(verdict, property, case) of a child's check, as collectives.kit.grade.judge says them."""
+
+    def passed(output: str) -> bool:
+        return f"PASS {ex.name} ({'hidden' if submit else 'check'})" in output
+
+    def failure(output: str) -> tuple[str, str] | None:
+        found, case = FAILED.search(output), SMALLEST.search(output)
+        return (found.group(1) or found.group(2), case.group(1) if case else "") if found else None
+
+    def usage(output: str) -> str | None:
+        lines = output.strip().splitlines()
+        return lines[-1] if lines else None
+
+    return judge(done, passed, failure, usage, limits)
+
+
+def _check_here(ex: Exercise, path: Path, args: argparse.Namespace) -> int:
+    """The check itself, in this process (the child of ``check``)."""
     print(f"checking {path}")
     outcome = run(ex, path, "check")
     if outcome.passed and args.submit:
-        seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
+        seed = args.seed
         print(f"{outcome.text}\nsubmit: fresh inputs from random seed {seed} (rerun with --seed {seed})")
         outcome = run(ex, path, "submit", seed)
         if outcome.passed:
@@ -96,8 +161,20 @@ def main(argv: list[str] | None = None) -> int:
     which.add_argument("--file", help="check this file instead")
     check.add_argument("--submit", action="store_true", help="also run fresh random inputs and the hidden cases")
     check.add_argument("--seed", type=int, help="the seed of --submit's random inputs (default: drawn now)")
+    check.add_argument("--time-limit", type=float, default=60.0, help="seconds the check may run (default 60)")
+    check.add_argument("--here", action="store_true", help=argparse.SUPPRESS)  # the child: no process of its own
+    grade = sub.add_parser("grade", help="check --submit every copy of one exercise in DIR, each in its own process")
+    grade.add_argument("grade", metavar="DIR", help="the folder of the class's copies")
+    grade.add_argument("name", help="the exercise's name or number")
+    grade.add_argument("--seed", type=int, help="the seed of --submit's random inputs, one for the class")
+    grading_options(grade, "one copy's check")
     sub.add_parser("hashes", help="(maintainer) print the hidden cases' hashes from the reference solutions")
     args = parser.parse_args(argv)
+    if getattr(args, "seed", None) is not None and args.seed < 0:
+        parser.error(f"--seed {args.seed}: a seed is a non-negative integer")
+    limit = getattr(args, "time_limit", 1.0)
+    if not (math.isfinite(limit) and limit > 0):
+        parser.error(f"--time-limit {limit:g}: a positive number of seconds")
     if args.command == "list":
         return _list()
     if args.command == "hashes":
@@ -106,7 +183,22 @@ def main(argv: list[str] | None = None) -> int:
     if ex is None:
         print(f"no exercise {args.name!r}; `python -m minidl.exercises list` shows them", file=sys.stderr)
         return 2
+    if args.command == "grade":
+        return _grade(ex, args, parser)
     return _start(ex, args.force) if args.command == "start" else _check(ex, args)
+
+
+def _grade(ex: Exercise, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Every copy of ``ex`` in the folder, ``check --submit`` in a process of its own, one seed for all."""
+    folder, reports = checked_grading(args, parser)
+    seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
+    limits = f"{args.timeout:g} s"
+    print(f"grading {folder}/: exercise {ex.name}, --submit with seed {seed}, {limits} and {args.memory} MB each")
+    rows = grade_folder(
+        folder, lambda path, stem: _child(ex, path, True, seed), lambda done: _judge(ex, True, done, limits), reports,
+        timeout=args.timeout, memory_mb=args.memory, cap=args.cap, file=args.file,
+    )  # fmt: skip
+    return finish(rows, args, reports)
 
 
 if __name__ == "__main__":

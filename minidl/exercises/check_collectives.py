@@ -23,13 +23,17 @@ from minidl.exercises.core import Broke, canonical, first_failure
 # hypothesis examples per tier; tests/test_exercises.py lowers them to stay fast
 EXAMPLES = {"check": 60, "submit": 250}
 MAX_RANKS = 12
+CASE_TIMEOUT = 5.0  # seconds one case may run (a correct ring at p = 12, n = 10^5 takes 0.2 s): a sleep fails fast
 DIAGRAM: str | None = None  # where the kit draws a failure's space-time diagram (None: a temporary PNG; "": none)
 
 
 def _kit(fn: Callable[..., Any], collective: str, tier: str, seed: int) -> None:
     """The kit's properties (result, same bits, inputs untouched, shape and dtype, completes), shrunk."""
     try:
-        check(fn, collective=collective, max_ranks=MAX_RANKS, examples=EXAMPLES[tier], seed=seed, diagram=DIAGRAM)
+        check(
+            fn, collective=collective, max_ranks=MAX_RANKS, examples=EXAMPLES[tier], seed=seed, diagram=DIAGRAM,
+            timeout=CASE_TIMEOUT,
+        )  # fmt: skip
     except PropertyFailure as e:
         raise Broke(e.property, _describe_case(e.case), str(e)) from None
 
@@ -46,7 +50,7 @@ def _record(fn: Callable[..., Any], p: int, n: int, root: int | None) -> Any:
         x = np.random.default_rng([n, comm.Get_rank()]).standard_normal(n)
         return fn(comm, x, np.add) if root is None else fn(comm, x, root)
 
-    return collectives.simulate(p, rank)
+    return collectives.simulate(p, rank, timeout=CASE_TIMEOUT)
 
 
 def _checked(fn: Callable[..., Any], collective: str, cost: Callable[..., None], tier: str, seed: int) -> None:
@@ -60,11 +64,16 @@ def _checked(fn: Callable[..., Any], collective: str, cost: Callable[..., None],
 
 
 def _smoke(fn: Callable[..., Any], rooted: bool) -> None:
-    """One run at p = 3: an unwritten function says so here; any other failure is left to the kit to shrink."""
+    """One run at p = 3: an unwritten function says so here, and one that does not return in CASE_TIMEOUT
+    (a sleep, an endless loop: the kit would wait as long again for each case it shrinks or reruns); any
+    other failure is left to the kit to shrink."""
     try:
         _record(fn, 3, 5, 1 if rooted else None)
     except NotImplementedError:
         raise
+    except TimeoutError as exc:
+        case = "p=3, n=5 float64" + (", root=1" if rooted else "")
+        raise Broke("completes", case, f"no return within {CASE_TIMEOUT:g} s: {exc}") from None
     except Exception:  # noqa: BLE001, S110  (the kit reports it, shrunk, with the messages)
         pass
 
@@ -109,7 +118,7 @@ def _hidden_run(seed: int, call: Callable[[Any, np.ndarray, int], np.ndarray]) -
         x = np.random.default_rng([seed, comm.Get_rank()]).integers(-(2**62), 2**62, n)
         return call(comm, x, root)
 
-    return canonical(*collectives.simulate(p, rank))
+    return canonical(*collectives.simulate(p, rank, timeout=CASE_TIMEOUT))
 
 
 def digest_allreduce(module: ModuleType, seed: int) -> str:

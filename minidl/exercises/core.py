@@ -103,7 +103,7 @@ def load(path: Path) -> ModuleType:
         spec.loader.exec_module(module)
     except SyntaxError as e:
         raise Broke("imports", str(path), f"SyntaxError at line {e.lineno}: {e.msg}") from None
-    except Exception as e:  # noqa: BLE001  (the student's module-level code)
+    except (Exception, SystemExit) as e:  # noqa: BLE001  (the student's module-level code, sys.exit too)
         raise Broke("imports", str(path), f"importing it raised {type(e).__name__}: {e}") from None
     return module
 
@@ -177,7 +177,7 @@ def _run(ex: Exercise, path: Path, tier: str, seed: int) -> Outcome:
         )
     except NotImplementedError as e:
         return _not_implemented(e, path)
-    except Exception as raised:  # noqa: BLE001  (the student's code raised: say where, in their file)
+    except (Exception, SystemExit) as raised:  # noqa: BLE001  (the student's code raised: say where, in their file)
         inner = unwrap(raised)
         if isinstance(inner, NotImplementedError):
             return _not_implemented(inner, path)

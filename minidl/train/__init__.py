@@ -2,7 +2,7 @@
 
     __main__.py    the entry point: which task
     cli.py         its flags, the preset plus overrides (--print-config), the run; checks.py: every flag checked
-    loop.py        fit(task, strategy, ...): the one training loop (its lines: minidl/progress.py)
+    loop.py        fit(task, strategy, ...): the one training loop (its lines: minidl/tools/progress.py)
     strategies.py  the --parallel modes by name; each strategy sits beside its scheme in minidl/distributed
     lm.py, cnn.py  the tasks: presets, data, batches (with the LSTM state carried), loss, evaluation, scores
 

@@ -6,7 +6,7 @@ import math
 import sys
 from typing import Any
 
-from minidl.threads import limit_blas_threads
+from minidl.tools.threads import limit_blas_threads
 
 PROGRAMS = {"lm": "an LSTM language model (Zaremba et al. 2014)", "cnn": "a ResNet on images"}
 

@@ -84,7 +84,7 @@ def checkpoint_path(args: Any, task_name: str, step: int) -> str:
 
 def resume_command(argv: list[str], path: str, ranks: int) -> str:
     """The command that continues the run: this one with ``--resume path`` (under ``mpiexec -n ranks``)."""
-    from minidl.launch import with_resume
+    from minidl.tools.launch import with_resume
 
     command = ["python", "-m", "minidl.train", *with_resume(argv, path)]
     return shlex.join((["mpiexec", "-n", str(ranks)] if ranks > 1 else []) + command)

@@ -24,7 +24,7 @@ import numpy as np
 from minidl.distributed import checkpoint_schedule
 from minidl.distributed.usage import UsageExit, print_error
 from minidl.optim.large_batch import large_batch_lr, scale_factor
-from minidl.progress import Progress, scalars
+from minidl.tools.progress import Progress, scalars
 from minidl.train.interrupt import Watch, stop
 from minidl.train.strategies import Position, Strategy
 

@@ -11,7 +11,7 @@ from mpi4py import MPI
 
 from minidl.distributed import timeout
 from minidl.distributed.timeout import SPINS, TimeoutComm
-from minidl.threads import ranks_on_this_node
+from minidl.tools.threads import ranks_on_this_node
 
 
 def test_a_rank_busy_polls_only_where_every_rank_has_a_core(comm, monkeypatch):

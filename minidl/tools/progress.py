@@ -1,6 +1,6 @@
 """What the training loop (``minidl.train.loop``) prints and logs: the header, a progress line every
 ``--log-every`` steps, a line per evaluation, the final score and the mode's report; the same records as JSON
-lines with ``--log-json FILE``, after one record of kind "machine" (``minidl.info.machine_facts``: the BLAS
+lines with ``--log-json FILE``, after one record of kind "machine" (``minidl.tools.info.machine_facts``: the BLAS
 kernel, the CPU, the MPI library, a measured sgemm rate), so that a log's speeds say what they ran on.
 
 Throughput is words (or images) per second: this rank's rate times the ranks that train on different data
@@ -78,7 +78,7 @@ class Progress:
         prints = self.ctx.rank == strategy.log_rank
         self.json = open(args.log_json, "w") if args.log_json and prints else None  # noqa: SIM115 - closed in finish
         if self.json is not None:  # first, what the numbers ran on: the BLAS kernel, CPU, MPI, a measured sgemm
-            from minidl.info import SGEMM_QUICK_N, machine_facts
+            from minidl.tools.info import SGEMM_QUICK_N, machine_facts
 
             self.json.write(json.dumps({"kind": "machine", **machine_facts(SGEMM_QUICK_N)}) + "\n")
 

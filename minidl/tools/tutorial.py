@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from minidl.measure import busy_note, interleaved, spread  # noqa: F401  (re-exported for the tutorials)
+from minidl.tools.measure import busy_note, interleaved, spread  # noqa: F401  (re-exported for the tutorials)
 
 TUTORIALS = Path(__file__).resolve().parents[1] / "tutorials"
 
@@ -80,7 +80,7 @@ def quick_note(ax: Any, text: str) -> None:
 
 
 def show_file(path: Path) -> Path:
-    """A picture already written (a PNG or SVG, e.g. by ``minidl.viz.graph``): shown inline in a notebook,
+    """A picture already written (a PNG or SVG, e.g. by ``minidl.tools.viz.graph``): shown inline in a notebook,
     named in a script. Returns the path."""
     if in_notebook():  # as a file, whatever matplotlib backend the kernel runs
         from IPython.display import SVG, Image, display
@@ -192,7 +192,8 @@ def _replay_remaining_cells(outputs: list[str]) -> None:
     if ip is None:
         return
     _REPLAY[:] = outputs
-    ip.input_transformers_post.append(lambda lines: ["__import__('minidl.tutorial').tutorial._next_cell()\n"])
+    cell = "__import__('minidl.tools.tutorial').tools.tutorial._next_cell()\n"
+    ip.input_transformers_post.append(lambda lines: [cell])
 
 
 _REPLAY: list[str] = []

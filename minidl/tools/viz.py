@@ -1,9 +1,9 @@
 """Pictures: the autograd graph that made a tensor, and (re-exported) the space-time diagram of a simulated run.
 
     loss = (x @ w + b).relu().sum()
-    minidl.viz.graph(loss, "graph.svg")       # graphviz's dot when it is on PATH, else matplotlib
-    print(minidl.viz.to_dot(loss))            # the dot text itself, always available
-    minidl.viz.spacetime(res.messages, 4, "ring.png")   # collectives.diagram.spacetime
+    minidl.tools.viz.graph(loss, "graph.svg")       # graphviz's dot when it is on PATH, else matplotlib
+    print(minidl.tools.viz.to_dot(loss))            # the dot text itself, always available
+    minidl.tools.viz.spacetime(res.messages, 4, "ring.png")   # collectives.diagram.spacetime
 
 The graph is read from the tape autograd keeps (minidl/autograd.py): each op's output holds the Function that
 made it (``_ctx``) and each Function its inputs (``parents``). Ops are boxes with their output's shape and dtype,
