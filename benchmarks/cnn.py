@@ -1,8 +1,10 @@
-"""Images/s of one ResNet-20 training step on 32x32x3 images: minidl vs PyTorch CPU, one thread each.
+"""Images/s of one ResNet training step: minidl vs PyTorch CPU, one thread each.
 
 The model is He et al.'s CIFAR ResNet-20 (3 stages of 3 BasicBlocks, widths 16/32/64, batch norm,
-1x1 projection shortcuts), ``minidl.nn.resnet(20)``; PyTorch runs the same architecture
-(tests/torch_reference.py, identical module names and shapes, initialized from minidl's state_dict).
+1x1 projection shortcuts), ``minidl.nn.resnet(20)``, on 32x32x3 images; or, with ``--model resnet50``
+(resnet18 ... resnet152), torchvision's ImageNet ResNet, ``minidl.models.resnet50()``, at batch 8 on
+224x224x3 images (batch 32 with ``--image 64``). PyTorch runs the same architecture (tests/torch_reference.py,
+torchvision's module names and shapes, initialized from minidl's state_dict).
 A step is what training does:
 
     forward, F.cross_entropy over [B, 10] logits, backward, SGD(lr=0.1, momentum=0.9).step()
@@ -24,13 +26,17 @@ GEMM-bound share of the step, and the rest (batch norm and other ops; the optimi
 ``--layers`` times single convolution layers instead (forward + backward, input and weight gradients),
 ResNet-50-shaped (1x1 and 3x3 at 56x56x64, 28x28x128, 14x14x256, 7x7x512) and ResNet-20-shaped, for
 each of minidl's algorithms and "auto" beside torch.nn.functional.conv2d, interleaved, in one process, each
-with its % of the sgemm peak measured there.
+with its % of the sgemm peak measured there. ``--model resnet50 --layers`` times every distinct convolution
+of that network at the run's batch and image size instead, minidl's "auto" against PyTorch, with the
+number of times each occurs in a step and the step's total convolution time for each framework.
 
     python benchmarks/cnn.py                    # batch 64, both frameworks
     python benchmarks/cnn.py --batch 128 --steps 20
     python benchmarks/cnn.py --quick            # a few small steps (CI smoke run)
     python benchmarks/cnn.py --profile          # minidl only, with a cProfile of the step
     python benchmarks/cnn.py --layers           # per-layer times, every algorithm against PyTorch
+    python benchmarks/cnn.py --model resnet50   # torchvision's ResNet-50, batch 8 at 224x224
+    python benchmarks/cnn.py --model resnet50 --image 64 --layers   # its convolutions at batch 32, 64x64
     python benchmarks/cnn.py --baseline DIR     # also an earlier minidl checkout (git archive REV | tar -x -C DIR),
                                                 # in the same interleaved rounds: before/after in one run
 """
@@ -52,18 +58,23 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 
+IMAGENET_MODELS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")
+
+
 def _batches(batch: int, n: int, image: int) -> tuple[np.ndarray, np.ndarray]:
     """n batches of random images [B, 3, S, S] and labels (speed does not depend on the values)."""
     rng = np.random.default_rng(0)
     return (rng.standard_normal((n, batch, 3, image, image), dtype=np.float32), rng.integers(0, 10, size=(n, batch)))
 
 
-def _minidl_model(depth: int):
+def _minidl_model(args):
     import minidl
     from minidl import nn
 
     minidl.manual_seed(0)
-    return nn.resnet(depth, num_classes=10)
+    if args.model in IMAGENET_MODELS:
+        return nn.resnet_imagenet(int(args.model[6:]), num_classes=10)
+    return nn.resnet(args.depth, num_classes=10)
 
 
 def _timed(step, warmup: int, steps: int, profile: bool = False) -> tuple[float, float, float]:
@@ -90,7 +101,7 @@ def run_minidl(args) -> tuple[float, float, float]:
     import minidl.nn.functional as F
     from minidl import optim
 
-    model = _minidl_model(args.depth)
+    model = _minidl_model(args)
     opt = optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     xs, ys = _batches(args.batch, args.warmup + args.steps, args.image)
 
@@ -110,11 +121,14 @@ def run_torch(args) -> tuple[float, float, float]:
     import torch
 
     sys.path.insert(0, os.path.join(ROOT, "tests"))
-    from torch_reference import TorchResNet
+    from torch_reference import TorchImageNetResNet, TorchResNet
 
     torch.set_num_threads(1)
-    model = TorchResNet(args.depth, num_classes=10)
-    model.load_state_dict({k: torch.from_numpy(v) for k, v in _minidl_model(args.depth).state_dict().items()})
+    if args.model in IMAGENET_MODELS:
+        model = TorchImageNetResNet(int(args.model[6:]), num_classes=10)
+    else:
+        model = TorchResNet(args.depth, num_classes=10)
+    model.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in _minidl_model(args).state_dict().items()})
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     xs, ys = _batches(args.batch, args.warmup + args.steps, args.image)
     xs, ys = torch.from_numpy(xs), torch.from_numpy(ys)
@@ -161,6 +175,8 @@ def _spawn(impl: str, args, split: int = 0) -> dict | None:
             str(args.warmup),
             "--depth",
             str(args.depth),
+            "--model",
+            args.model,
             "--image",
             str(args.image),
         ]
@@ -172,12 +188,13 @@ def _spawn(impl: str, args, split: int = 0) -> dict | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--batch", type=int, help="images per step (64; ImageNet models: 8 at 224, else 32)")
     parser.add_argument("--steps", type=int, default=10, help="timed training steps")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=5, help="alternating rounds per framework (medians over them)")
     parser.add_argument("--depth", type=int, default=20, help="ResNet depth, 6n + 2")
-    parser.add_argument("--image", type=int, default=32, help="image side in pixels")
+    parser.add_argument("--model", choices=("resnet", *IMAGENET_MODELS), default="resnet", help="resnet: --depth's")
+    parser.add_argument("--image", type=int, help="image side in pixels (32; ImageNet models: 224)")
     parser.add_argument("--quick", action="store_true", help="batch 8, 2 steps: a smoke run")
     parser.add_argument("--profile", action="store_true", help="cProfile the minidl step (minidl only)")
     parser.add_argument("--layers", action="store_true", help="time single conv layers (ResNet-50 and -20 shapes)")
@@ -185,12 +202,20 @@ def main() -> None:
     parser.add_argument("--split", type=int, default=3, help="clocked steps of the op split (first round; 0: none)")
     parser.add_argument("--child", choices=["minidl", "torch"], help=argparse.SUPPRESS)
     args = parser.parse_args()
+    imagenet = args.model in IMAGENET_MODELS
+    args.image = args.image or (224 if imagenet else 32)
+    args.batch = args.batch or (64 if not imagenet else 8 if args.image >= 224 else 32)
     if not args.child:
         print_header(quick=args.quick)
     if args.layers:
         from conv_layers import main as layers_main
+        from conv_layers import network_layers
 
-        layers_main(quick=args.quick or os.environ.get("MINIDL_QUICK") == "1", repeats=max(args.rounds, 5))
+        quick = args.quick or os.environ.get("MINIDL_QUICK") == "1"
+        if imagenet:
+            network_layers(_minidl_model(args), args.batch, args.image, quick=quick, repeats=max(args.rounds, 5))
+        else:
+            layers_main(quick=quick, repeats=max(args.rounds, 5))
         return
     if args.quick or os.environ.get("MINIDL_QUICK") == "1":
         args.batch, args.steps, args.warmup, args.rounds = min(args.batch, 8), min(args.steps, 2), 1, 1
@@ -198,8 +223,9 @@ def main() -> None:
     if args.child:
         _child(args)
         return
+    name = f"ResNet-{args.model[6:]} (torchvision)" if imagenet else f"ResNet-{args.depth}"
     print(
-        f"ResNet-{args.depth} on {args.image}x{args.image}x3, batch {args.batch}, SGD momentum 0.9; "
+        f"{name} on {args.image}x{args.image}x3, batch {args.batch}, SGD momentum 0.9; "
         f"median of {args.steps} timed steps after {args.warmup} warm-up per round, {args.rounds} interleaved rounds, 1 thread"
     )
     try:

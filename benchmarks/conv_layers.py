@@ -7,6 +7,10 @@ candidates run one after another (interleaved), each timed in CPU seconds of thi
 other processes on a shared machine inflates wall time, not this); printed are the median over the
 repeats with the spread (min-max) in ms, each one's ratio to PyTorch, its rate (3 products of 2 N O C k^2 OH OW
 flops) as a % of the sgemm peak measured in the same process at the start, and the process's peak RSS.
+
+``network_layers(model, batch, image)`` (``cnn.py --model resnet50 --layers``) takes the layers from a network
+instead: every distinct convolution its forward pass meets, with how many times it occurs, minidl's "auto"
+against PyTorch, and the step's convolution time for each (each layer's time times its count, summed).
 """
 
 from __future__ import annotations
@@ -79,6 +83,74 @@ def layer_flops(layer: tuple) -> float:
     _, n, c, s, o, k, stride, padding = layer
     oh = (s + 2 * padding - k) // stride + 1
     return 3 * 2.0 * n * o * c * k * k * oh * oh
+
+
+def conv_shapes(model, image: int, batch: int) -> dict[tuple, int]:
+    """The distinct convolutions of ``model``'s forward pass on ``[batch, C, image, image]`` as ``layers`` rows
+    (name, N, C, H=W, O, k, stride, padding), each with the number of times it occurs."""
+    from minidl import nn
+
+    seen: dict[tuple, int] = {}
+    convs = [m for m in model.modules() if isinstance(m, nn.Conv2d)]
+
+    def recording(conv):
+        forward = conv.forward
+
+        def record(x):
+            _, c, h, _ = x.shape
+            (k, _), (stride, _), (padding, _) = conv.kernel_size, conv.stride, conv.padding
+            oh = (h + 2 * padding - k) // stride + 1
+            name = f"{k}x{k}{' s2' if stride == 2 else ''} {h}x{h}x{c}->{oh}x{oh}x{conv.out_channels}"
+            row = (name, batch, c, h, conv.out_channels, k, stride, padding)
+            seen[row] = seen.get(row, 0) + 1
+            return forward(x)
+
+        return record
+
+    for conv in convs:
+        conv.forward = recording(conv)
+    with minidl.no_grad():
+        model(minidl.zeros(1, convs[0].in_channels, image, image))
+    for conv in convs:
+        del conv.forward  # the class's forward again
+    return seen
+
+
+def network_layers(model, batch: int, image: int, quick: bool = False, repeats: int = 5) -> None:
+    """Every distinct convolution of ``model`` at ``batch`` x ``image`` pixels: minidl's "auto" against torch."""
+    rng = np.random.default_rng(0)
+    shapes = conv_shapes(model, image, batch)
+    repeats = 1 if quick else repeats
+    peak = sgemm_gflops(SGEMM_QUICK_N if quick else SGEMM_N)
+    print(f"the network's convolutions at batch {batch}, {image}x{image}: forward + backward (dx, dW), float32,")
+    print(
+        f"1 thread; median (min-max) ms of {repeats} repeats, ratio torch / minidl, % of sgemm peak {peak:.1f} GFLOP/s"
+    )
+    totals: dict[str, float] = {}
+    for layer, count in shapes.items():
+        cands = {m: step for m, step in _candidates(layer, rng).items() if m in ("auto", "torch")}
+        for step in cands.values():
+            step()  # warm-up
+        times: dict[str, list[float]] = {m: [] for m in cands}
+        for _ in range(repeats):
+            for m, step in cands.items():
+                t0 = time.thread_time()
+                step()
+                times[m].append(1e3 * (time.thread_time() - t0))
+        cells = []
+        for m, ts in times.items():
+            totals[m] = totals.get(m, 0.0) + count * statistics.median(ts)
+            pct = 100 * layer_flops(layer) / (1e-3 * statistics.median(ts)) / 1e9 / peak
+            cells.append(f"{m} {median_spread(ts)} {pct:.0f}%")
+        ratio = (
+            f" | {statistics.median(times['torch']) / statistics.median(times['auto']):.2f}x"
+            if "torch" in times
+            else ""
+        )
+        print(f"{layer[0]:>30} x{count:<2}: " + " | ".join(cells) + ratio)
+    line = " | ".join(f"{m} {t:,.0f} ms" for m, t in totals.items())
+    ratio = f" ({totals['torch'] / totals['auto']:.2f}x)" if "torch" in totals else ""
+    print(f"{'all convolutions of a step':>34}: {line}{ratio}; peak RSS {peak_rss_mb():,.0f} MB")
 
 
 def main(quick: bool = False, repeats: int = 5) -> None:
