@@ -5,7 +5,8 @@ virtualenv: it needs nothing but the standard library and ``simgrid``. It reads 
 stdin and prints the virtual seconds of the slowest rank:
 
     {"platform": {"topology": "crossbar" (= "switch") | "fattree" | "torus2d", "bandwidth": B/s,
-                  "latency": s per link, "leaf_size": n, "oversubscription": x, "dims": [a, b]},
+                  "latency": s per link, "leaf_size": n, "oversubscription": x, "routing": "trunk" | "static",
+                  "pod_size": n, "spine_oversubscription": x, "dims": [a, b], "limiter": bool},
      "gamma": s per byte reduced, "traces": [rank 0's rows, rank 1's rows, ...]}
 
 The rows are collectives.virtual_time.trace's (code, peer, tag, nbytes, source, recvtag, recvbytes,
@@ -23,7 +24,16 @@ then its bytes at the max-min fair share of its links):
                Sendrecv through FATPIPE links takes twice the time of one message.)
     fattree    leaves of leaf_size hosts (clusters, SPLITDUPLEX), each with a trunk to the spine of
                leaf_size B / oversubscription each way: 2 links within a leaf, 4 between leaves
-    torus2d    SimGrid's TORUS cluster (SPLITDUPLEX): the hosts are the routers, one link a hop
+    torus2d    SimGrid's TORUS cluster (SPLITDUPLEX): the hosts are the routers, one link a hop. It has
+               no NIC, where minidl's torus nodes inject and eject through one of the link's bandwidth each
+               way: the two agree while no node sends (or receives) on two links at once, as in the
+               allreduce algorithms. With "limiter": true each host gets SimGrid's limiter_link of that
+               bandwidth, but in 3.32 it is one link for both ways (a Sendrecv through it takes twice as long
+               as one message): minidl's NIC where no node sends and receives at once (gather, scatter)
+    fattree with "routing": "static"
+               SimGrid's FAT_TREE cluster, routed destination-mod-k: leaves of leaf_size hosts with
+               leaf_size / oversubscription uplinks; with pod_size, pods of that many leaves whose spines
+               have pod_size / spine_oversubscription uplinks to the cores
 """
 
 from __future__ import annotations
@@ -58,7 +68,10 @@ def platform_xml(spec: dict, p: int) -> str:
         body = _cluster("c", 0, p - 1, bw, lat, "SPLITDUPLEX")
     elif topology == "torus2d":
         dims = ",".join(str(d) for d in reversed(spec["dims"]))  # SimGrid's first dimension varies fastest
-        body = _cluster("c", 0, p - 1, bw, lat, "SPLITDUPLEX", f' topology="TORUS" topo_parameters="{dims}"')
+        limiter = f' limiter_link="{bw!r}Bps"' if spec.get("limiter") else ""  # one link both ways (module doc)
+        body = _cluster("c", 0, p - 1, bw, lat, "SPLITDUPLEX", f' topology="TORUS" topo_parameters="{dims}"{limiter}')
+    elif topology == "fattree" and spec.get("routing", "trunk") == "static":
+        body = _fat_tree_cluster(spec, p)
     elif topology == "fattree":
         body = _fattree(spec, p)
     else:
@@ -86,6 +99,24 @@ def _fattree(spec: dict, p: int) -> str:
     return "\n".join(lines)
 
 
+def _fat_tree_cluster(spec: dict, p: int) -> str:
+    """SimGrid's FAT_TREE cluster (its D-mod-K routing): leaves of leaf_size hosts with leaf_size / oversubscription
+    uplinks, and with pod_size, pods of that many leaves whose spines have pod_size / spine_oversubscription
+    uplinks; hosts past p (to fill the last leaf or pod) run nothing."""
+    size = spec["leaf_size"]
+    leaves = -(-p // size)
+    down, up = [size, leaves], [1, round(size / spec["oversubscription"])]
+    if spec.get("pod_size"):
+        down = [size, spec["pod_size"], -(-leaves // spec["pod_size"])]
+        up.append(round(spec["pod_size"] / spec.get("spine_oversubscription", 1.0)))
+    hosts = 1
+    for children in down:
+        hosts *= children
+    levels = f"{len(down)};{','.join(map(str, down))};{','.join(map(str, up))};{','.join('1' * len(down))}"
+    return _cluster("c", 0, hosts - 1, spec["bandwidth"], spec["latency"], "SPLITDUPLEX",
+                    f' topology="FAT_TREE" topo_parameters="{levels}"')  # fmt: skip
+
+
 def rank_actor(rows: list, rank: int, gamma: float, finish: list):
     import simgrid
 
@@ -109,10 +140,11 @@ def rank_actor(rows: list, rank: int, gamma: float, finish: list):
                 comm.wait()
             elif code == ISEND:
                 pending[request] = box(rank, peer, tag, context).put_async(rank, nbytes)
-            elif code == IRECV:
-                pending[request] = box(peer, rank, tag, context).get_async()[0]
+            elif code == IRECV:  # the pair (comm, data holder): SimGrid aborts if the holder dies before the wait
+                pending[request] = box(peer, rank, tag, context).get_async()
             elif code == WAIT:
-                pending.pop(request).wait()
+                comm = pending.pop(request)
+                (comm[0] if isinstance(comm, tuple) else comm).wait()
         finish[rank] = simgrid.Engine.clock
 
     return play

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from collectives.cost import CostParams, get_params
-from collectives.virtual_time.topology import TOPOLOGIES, make_topology
+from collectives.virtual_time.topology import check_options, make_topology
 
 
 @dataclass(frozen=True)
@@ -194,8 +194,7 @@ class Cluster(Network):
                 f"sharing must be 'maxmin' (equal shares) or 'rtt' (1 / latency, as CM02), got {sharing!r}"
             )
         self.sharing = sharing
-        if topology not in TOPOLOGIES:
-            raise ValueError(f"unknown topology {topology!r}: expected one of {', '.join(TOPOLOGIES)}")
+        check_options(topology, options)  # an unknown topology or option: one line, before any fabric is built
         self.link, self.intra = get_link(link), get_link(intra)
         self.topology, self.ranks_per_node, self.options = topology, int(ranks_per_node), options
         gamma = (params or get_params()).gamma

@@ -6,19 +6,23 @@ an uplink (its injection) and a downlink (its ejection), of the link's bandwidth
     crossbar   no shared links at all (every pair of nodes has its own wire)
     switch     one non-blocking switch: a message crosses the sender's uplink and the receiver's
                downlink, so only the NICs are shared (a root receiving from everyone shares its downlink)
-    fattree    two levels: leaves of ``leaf_size`` nodes, each leaf's uplink to the spine and downlink
-               from it carrying leaf_size B / ``oversubscription`` (1: full bisection; 4: a quarter of it);
-               a message between leaves crosses up, leaf up, leaf down, down
-    torus2d    nodes on a 2-D (torus3d: 3-D) torus, dims as near equal as the node count allows (or
-               ``dims``); dimension-order routing the short way round (on a tie as SimGrid), the last
-               (fastest-varying) coordinate first as in SimGrid's TORUS, each hop a link of bandwidth B
+    fattree    leaves of ``leaf_size`` nodes with leaf_size / ``oversubscription`` uplinks (1: full
+               bisection; 4: a quarter of it); with ``pod_size``, three levels (pods of that many leaves,
+               spines ``spine_oversubscription``:1 to the cores). ``routing="trunk"`` (the default): a
+               leaf's uplinks are one trunk of leaf_size B / oversubscription each way; ``"static"``:
+               links of their own, a flow on uplink (destination mod uplinks), as InfiniBand's D-mod-K
+    torus      nodes on a torus of sides ``dims`` (any number); torus2d and torus3d: 2-D and 3-D, dims
+               as near equal as the node count allows unless given; dimension-order routing the short way
+               round (on a tie as SimGrid), the last (fastest-varying) coordinate first as in SimGrid's
+               TORUS, each hop a link of bandwidth B
 
 A topology is ``Topology(nodes, bandwidth, **options)`` with ``capacity`` (per link),
 ``route(a, b)`` (the link ids from node a to node b, a != b, that share bandwidth) and ``hops(a, b)``:
 how many links the message crosses, each paying the link latency (network.Cluster's ``link_latency``):
 
     crossbar, switch   2 (host -> switch -> host)
-    fattree            2 within a leaf, 4 between leaves (host -> leaf -> spine -> leaf -> host)
+    fattree            2 within a leaf, 4 between leaves (host -> leaf -> spine -> leaf -> host),
+                       6 between pods (through a core)
     torus              one per hop (the hosts are the routers, as in SimGrid's TORUS cluster and Blue
                        Gene or TPU tori: a neighbour message crosses one link)
 """
@@ -31,7 +35,8 @@ import math
 
 import numpy as np
 
-TOPOLOGIES = ("crossbar", "switch", "fattree", "torus2d", "torus3d")
+TOPOLOGIES = ("crossbar", "switch", "fattree", "torus", "torus2d", "torus3d")
+ROUTINGS = ("trunk", "static")  # a fat tree's: FatTree
 
 
 class Topology:
@@ -69,32 +74,126 @@ class Crossbar(Topology):
 
 
 class FatTree(Topology):
+    """A fat tree of ``leaf_size``-node leaves (two levels), or of pods of ``pod_size`` leaves (three levels).
+
+    Each leaf has ``leaf_size / oversubscription`` uplinks (U1); a spine has one link to each leaf below it
+    (two levels: U1 spines, each joined to every leaf; three levels: U1 spines per pod, each with
+    ``pod_size / spine_oversubscription`` uplinks (U2) to the U1 x U2 cores, each core joined to one spine of
+    every pod). Every link carries the link's bandwidth B. This is the extended generalized fat tree
+    XGFT(h; m; w) of Ohring et al., "On generalized fat trees" (1995), with m = (leaf_size, leaves) or
+    (leaf_size, pod_size, pods) children and w = (1, U1) or (1, U1, U2) parents per level, as SimGrid's
+    FAT_TREE cluster builds it ("2;m1,m2;w1,w2;1,1").
+
+    ``routing`` says how a message goes up:
+
+        "trunk"   each switch's uplinks act as one link of their summed bandwidth (a leaf's trunk of
+                  leaf_size B / oversubscription), and so do the downlinks below a spine: flows share a
+                  trunk max-min fairly, as if the switches spread every flow over all their uplinks
+        "static"  destination-mod-k (Zahavi, "D-Mod-K routing providing non-blocking traffic for shift
+                  permutations on real life fat trees", 2010), as InfiniBand's ftree routing and SimGrid's
+                  FAT_TREE do: a flow to node d climbs from level l on uplink (d // (w_1 ... w_l)) mod
+                  w_(l+1); the way down is then unique. Flows whose destinations agree mod U1 pile onto one
+                  uplink while the others idle.
+
+    The two agree when every leaf's flows spread evenly over the uplinks' residues (shifts, powers of two);
+    they differ when they do not (recursive doubling's fold at p = 12 leaves the odd ranks of the first
+    leaves sending to odd destinations: one uplink of two carries them all).
+    """
+
     name = "fattree"
 
-    def __init__(self, nodes: int, bandwidth: float, leaf_size: int = 16, oversubscription: float = 1.0):
+    def __init__(
+        self,
+        nodes: int,
+        bandwidth: float,
+        leaf_size: int = 16,
+        oversubscription: float = 1.0,
+        routing: str = "trunk",
+        pod_size: int | None = None,
+        spine_oversubscription: float = 1.0,
+    ):
         super().__init__(nodes, bandwidth)
-        if leaf_size < 1 or oversubscription <= 0:
+        if leaf_size < 1 or oversubscription <= 0 or spine_oversubscription <= 0:
             raise ValueError(
                 f"fattree: leaf_size must be >= 1 and oversubscription > 0, got {leaf_size}, {oversubscription}"
             )
-        self.leaf_size, self.oversubscription = leaf_size, oversubscription
-        leaves = -(-nodes // leaf_size)
-        trunk = leaf_size * bandwidth / oversubscription  # a leaf's links to the spine, up and down
-        self.capacity = np.concatenate([self.capacity, np.full(2 * leaves, trunk)])
-        self.leaves = leaves
+        if routing not in ROUTINGS:
+            raise ValueError(f"fattree: unknown routing {routing!r}: expected one of {', '.join(ROUTINGS)}")
+        if pod_size is not None and pod_size < 1:
+            raise ValueError(f"fattree: pod_size must be >= 1 leaves, got {pod_size}")
+        self.leaf_size, self.oversubscription, self.routing = leaf_size, oversubscription, routing
+        self.pod_size, self.spine_oversubscription = pod_size, spine_oversubscription
+        self.leaves = -(-nodes // leaf_size)
+        static = routing == "static"
+        uplinks = [_uplinks("leaf", leaf_size, oversubscription, static)]
+        down = [leaf_size, self.leaves]
+        if pod_size is not None:
+            uplinks.append(_uplinks("spine", pod_size, spine_oversubscription, static))
+            down = [leaf_size, pod_size, -(-self.leaves // pod_size)]
+        self.down, self.up = tuple(down), (1, *uplinks)  # XGFT's m and w, level 0 (the nodes' NICs) first
+        self.levels = len(self.down)
+        # below[l]: nodes under a level-l switch; replicas[l]: level-l switches over the same nodes (w_1 ... w_l),
+        # 1 under "trunk" (one switch whose uplinks are one link of their summed bandwidth)
+        self.below = [math.prod(self.down[:l]) for l in range(self.levels + 1)]
+        self.replicas = [int(math.prod(self.up[:l])) if static else 1 for l in range(self.levels + 1)]
+        self._base, total = [0], 2 * nodes  # level 0's links are the NICs (ids 0..2n-1)
+        for level in range(1, self.levels):  # one link up and one down per (level-l switch, uplink)
+            self._base.append(total)
+            capacity = bandwidth if static else bandwidth * math.prod(self.up[: level + 1])
+            self.capacity = np.concatenate([self.capacity, np.full(2 * self._count(level), capacity)])
+            total += 2 * self._count(level)
+        self._route = functools.lru_cache(maxsize=1 << 16)(self._d_mod_k)
+
+    def _ports(self, level: int) -> int:
+        """Uplinks of a level-``level`` switch that are links of their own (one, summed, under "trunk")."""
+        return int(self.up[level]) if self.routing == "static" else 1
+
+    def _count(self, level: int) -> int:
+        """Uplinks of all level-``level`` switches: subtrees x replicas x ports."""
+        return self.below[-1] // self.below[level] * self.replicas[level] * self._ports(level)
+
+    def _link(self, level: int, subtree: int, replica: int, port: int, down: bool) -> int:
+        """The link between level-``level`` switch (``subtree``, ``replica``) and its parent on ``port``."""
+        index = (subtree * self.replicas[level] + replica) * self._ports(level) + port
+        return self._base[level] + self._count(level) * int(down) + index
+
+    def _top(self, a: int, b: int) -> int:
+        """The lowest level whose switches are above both nodes (1: the same leaf)."""
+        return next(level for level in range(1, self.levels + 1) if a // self.below[level] == b // self.below[level])
+
+    def _d_mod_k(self, a: int, b: int) -> tuple[int, ...]:
+        up, down, replica = [a], [self.nodes + b], 0
+        for level in range(1, self._top(a, b)):  # from a level-`level` switch up to its parent, and down to b's
+            port = (b // self.replicas[level]) % self._ports(level)
+            up.append(self._link(level, a // self.below[level], replica, port, down=False))
+            down.append(self._link(level, b // self.below[level], replica, port, down=True))
+            replica += self.replicas[level] * port
+        return (*up, *reversed(down))
 
     def route(self, a: int, b: int) -> tuple[int, ...]:
-        la, lb = a // self.leaf_size, b // self.leaf_size
-        if la == lb:
-            return (a, self.nodes + b)
-        base = 2 * self.nodes
-        return (a, base + la, base + self.leaves + lb, self.nodes + b)
+        return self._route(a, b)
 
     def hops(self, a: int, b: int) -> int:
-        return 2 if a // self.leaf_size == b // self.leaf_size else 4
+        """2 within a leaf, 4 within a pod (or a two-level tree), 6 through a core."""
+        return 2 * self._top(a, b)
 
     def describe(self) -> str:
-        return f"fat tree, leaves of {self.leaf_size} nodes, oversubscription {self.oversubscription:g}:1"
+        pods = f", pods of {self.pod_size} leaves, spines {self.spine_oversubscription:g}:1" if self.pod_size else ""
+        return (
+            f"fat tree, leaves of {self.leaf_size} nodes, oversubscription {self.oversubscription:g}:1{pods}, "
+            f"{self.routing} routing"
+        )
+
+
+def _uplinks(switch: str, down: int, oversubscription: float, whole: bool) -> float:
+    """A switch's uplinks: its ``down`` links / ``oversubscription`` (``whole``: as links of their own, a whole number)."""
+    up = down / oversubscription
+    if whole and (abs(up - round(up)) > 1e-9 or round(up) < 1):
+        raise ValueError(
+            f"fattree: a {switch} of {down} downlinks at {oversubscription:g}:1 has {up:g} uplinks; static routing "
+            "needs a whole number >= 1 of them"
+        )
+    return float(round(up)) if whole else up
 
 
 class Torus(Topology):
@@ -162,14 +261,43 @@ def balanced_dims(nodes: int, ndims: int) -> tuple[int, ...]:
     return best
 
 
+OPTIONS = {  # what each topology takes (network.Cluster's options)
+    "crossbar": (),
+    "switch": (),
+    "fattree": ("leaf_size", "oversubscription", "routing", "pod_size", "spine_oversubscription"),
+    "torus": ("dims",),
+    "torus2d": ("dims",),
+    "torus3d": ("dims",),
+}
+
+
+def check_options(name: str, options: dict) -> None:
+    """One-line ValueError for an unknown topology, an option it does not take, or a torus name its dims contradict."""
+    if name not in TOPOLOGIES:
+        raise ValueError(f"unknown topology {name!r}: expected one of {', '.join(TOPOLOGIES)}")
+    extra = sorted(set(options) - set(OPTIONS[name]))
+    if extra:
+        takes = f"its options: {', '.join(OPTIONS[name])}" if OPTIONS[name] else "it takes none"
+        raise ValueError(f"topology {name!r} takes no option {extra[0]!r} ({takes})")
+    dims = options.get("dims")
+    if name == "torus" and dims is None:
+        raise ValueError(
+            "topology 'torus' needs dims (its sides, e.g. dims=(4, 4, 4)); torus2d and torus3d choose them"
+        )
+    if name in ("torus2d", "torus3d") and dims is not None and len(tuple(dims)) != int(name[5]):
+        raise ValueError(
+            f"topology {name!r} is {name[5]}-D but dims {tuple(dims)} has {len(tuple(dims))}: "
+            "name it 'torus' (any number of dims)"
+        )
+
+
 def make_topology(name: str, nodes: int, bandwidth: float, **options) -> Topology:
-    """A topology by name (TOPOLOGIES); unknown names list the known ones."""
+    """A topology by name (TOPOLOGIES) and its options (OPTIONS); anything else is a one-line ValueError."""
+    check_options(name, options)
     if name == "crossbar":
         return Crossbar(nodes, bandwidth)
     if name == "switch":
         return Topology(nodes, bandwidth)
     if name == "fattree":
         return FatTree(nodes, bandwidth, **options)
-    if name in ("torus2d", "torus3d"):
-        return Torus(nodes, bandwidth, ndims=int(name[5]), **options)
-    raise ValueError(f"unknown topology {name!r}: expected one of {', '.join(TOPOLOGIES)}")
+    return Torus(nodes, bandwidth, ndims=int(name[5]) if name != "torus" else 0, **options)

@@ -3,6 +3,7 @@
     python -m minidl.simulate lm --nodes 1,2,4,8,16,32 --network 10gbe --allreduce ring
     python -m minidl.simulate lm --preset small --network 1gbe,ib-edr --allreduce ring,tree --plot speedup.png
     python -m minidl.simulate cnn --profile params=25.6e6,rate=100,batch=64 --network ib-fdr --nodes 1,2,4,8,16
+    python -m minidl.simulate cnn --model resnet50 --image 224 --batch-size 32 --network omnipath100 --nodes 1,16,256
     python -m minidl.simulate lm --cores-per-node 28 --core-speed 0.5 --efficiency 0.6 --overlap --json
 
 The compute comes from one real rank's training step on this machine (``minidl.simulate.profile``), or from a
@@ -51,9 +52,20 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"network(s), comma-separated: {', '.join(known_networks())} (default crossbar: cost.py's model)",
     )
     c.add_argument("--allreduce", default="ring", help=f"algorithm(s), comma-separated: {', '.join(ALGORITHMS)}")
-    c.add_argument("--topology", help="switch (default for a named network), crossbar, fattree, torus2d, torus3d")
+    c.add_argument(
+        "--topology",
+        help="switch (default for a named network), crossbar, fattree, torus (with --dims), torus2d, torus3d",
+    )
     c.add_argument("--oversubscription", help="fat tree: leaf uplink oversubscription (1: full bisection)")
     c.add_argument("--leaf-size", help="fat tree: nodes per leaf switch")
+    c.add_argument(
+        "--routing",
+        choices=("trunk", "static"),
+        help="fat tree: a leaf's uplinks as one trunk (default), or links of their own routed destination mod "
+        "uplinks (static, as InfiniBand's D-mod-K and SimGrid's FAT_TREE)",
+    )
+    c.add_argument("--pod-size", help="fat tree: leaves per pod (three levels: leaves, spines, cores)")
+    c.add_argument("--spine-oversubscription", help="three-level fat tree: a spine's uplink oversubscription")
     c.add_argument("--dims", help="torus: its sides, e.g. 8x8 or 4x4x4")
     c.add_argument(
         "--link-latency",
@@ -82,6 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--vocab", type=int, help="LM: vocabulary size (default: the preset's corpus)")
     t.add_argument("--depth", type=int)
     t.add_argument("--width", type=int)
+    t.add_argument("--model", help="cnn: resnet (the CIFAR ResNet, default) or torchvision's resnet18 ... resnet152")
+    t.add_argument("--image", type=int, help="cnn: the images' side in pixels (default the preset's)")
     t.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     t.add_argument("--fusion-mb", type=float, default=64.0, help="tensor fusion MiB per bucket (default 64)")
     t.add_argument("--profile-steps", type=int, default=5, help="steps measured (median; default 5)")
@@ -121,7 +135,7 @@ def node_spec(args: argparse.Namespace) -> NodeSpec:
     return NodeSpec(ranks, cores, speed, eff, sharing=sharing)
 
 
-TASK_SIZES = ("batch_size", "num_steps", "hidden_size", "layers", "vocab", "depth", "width", "profile_steps")
+TASK_SIZES = ("batch_size", "num_steps", "hidden_size", "layers", "vocab", "depth", "width", "image", "profile_steps")
 
 
 def check_task_flags(args: argparse.Namespace) -> None:
@@ -141,6 +155,14 @@ def network_options(args: argparse.Namespace) -> dict[str, Any]:
         (options["oversubscription"],) = number_list("--oversubscription", args.oversubscription, float)
     if args.leaf_size:
         (options["leaf_size"],) = number_list("--leaf-size", args.leaf_size)
+    if args.routing:
+        options["routing"] = args.routing
+    if args.pod_size:
+        (options["pod_size"],) = number_list("--pod-size", args.pod_size)
+    if args.spine_oversubscription:
+        (options["spine_oversubscription"],) = number_list(
+            "--spine-oversubscription", args.spine_oversubscription, float
+        )
     if args.dims:
         options["dims"] = tuple(number_list("--dims", args.dims.replace("x", ",")))
     if args.link_latency:
@@ -232,6 +254,7 @@ def get_profile(args: argparse.Namespace) -> Profile:
     opts = TaskOptions(
         args.preset, args.batch_size, args.num_steps, args.hidden_size, args.layers, args.vocab,
         args.depth, args.width, args.dtype, args.fusion_mb, args.profile_steps, sparse_embedding=args.sparse_embedding,
+        model=args.model, image=args.image,
     )  # fmt: skip
     try:
         return profile_task(args.task, opts)
