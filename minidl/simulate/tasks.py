@@ -1,6 +1,6 @@
 """The two training programs' steps, as ``python -m minidl.train lm|cnn --parallel data`` runs them, for profiling.
 
-Same models (``LSTMLanguageModel``, ``nn.resnet``), same presets, same loss, same optimizer and update (the LM
+Same models (``LSTMLanguageModel``, ``nn.resnet``, ``nn.resnet_imagenet``), same presets, same loss, same optimizer and update (the LM
 clips to the global norm after the allreduce, then SGD; the CNN takes SGD with momentum and weight decay), the
 same fusion plan. The inputs are random tokens / images of the task's shapes: a dense step's time does not
 depend on the values.
@@ -37,6 +37,8 @@ class TaskOptions:
     seed: int = 0
     max_spread: float | None = MAX_SPREAD  # refuse a profile taken on a busy machine (profile.ContentionError)
     sparse_embedding: bool = False  # LM: the embedding's gradient exchanged as its non-zero rows (--sparse-embedding)
+    model: str | None = None  # CNN: "resnet" (the CIFAR ResNet of depth and width) or "resnet18" ... "resnet152"
+    image: int | None = None  # CNN: the images' side in pixels (default the preset's)
 
 
 def presets(kind: str) -> dict[str, Any]:
@@ -52,13 +54,14 @@ def presets(kind: str) -> dict[str, Any]:
 
 def _config(kind: str, o: TaskOptions) -> tuple[str, Any]:
     table = presets(kind)
-    name = o.preset or "demo"
+    imagenet = kind == "cnn" and o.model not in (None, "resnet")
+    name = o.preset or ("imagenet" if imagenet else "demo")  # as the trainer picks (CNNTask.default_preset)
     if name not in table:
         raise ValueError(f"--preset {name!r}: the {kind} presets are {', '.join(sorted(table))}")
     fields = (
         {"batch_size": o.batch_size, "num_steps": o.num_steps, "hidden_size": o.hidden_size, "num_layers": o.layers}
         if kind == "lm"
-        else {"batch_size": o.batch_size, "depth": o.depth, "width": o.width}
+        else {"batch_size": o.batch_size, "depth": o.depth, "width": o.width, "model": o.model, "image": o.image}
     )
     changes = {k: v for k, v in fields.items() if v is not None}
     return name, table[name].with_(**changes) if changes else table[name]
@@ -119,11 +122,17 @@ def profile_lm(o: TaskOptions) -> Profile:
 def profile_cnn(o: TaskOptions) -> Profile:
     """Profile one rank of ``python -m minidl.train cnn --parallel data`` (b images per step)."""
     from minidl.data.images import IMAGE_CONFIGS, SHAPE_CLASSES
+    from minidl.models.resnet import IMAGENET_MODELS
 
     preset, cfg = _config("cnn", o)
+    if cfg.model not in ("resnet", *IMAGENET_MODELS):
+        raise ValueError(f"--model {cfg.model!r}: choose resnet or one of {', '.join(IMAGENET_MODELS)}")
     shape = IMAGE_CONFIGS[cfg.images]
-    C, S, K, b = shape["channels"], shape["size"], len(SHAPE_CLASSES), cfg.batch_size
-    model = nn.resnet(cfg.depth, K, C, cfg.width)
+    C, S, K, b = shape["channels"], cfg.image or shape["size"], len(SHAPE_CLASSES), cfg.batch_size
+    imagenet = cfg.model in IMAGENET_MODELS
+    if imagenet and S < 32:
+        raise ValueError(f"--image {S}: torchvision's ResNets need images of at least 32 pixels")
+    model = nn.resnet_imagenet(int(cfg.model[6:]), K, C) if imagenet else nn.resnet(cfg.depth, K, C, cfg.width)
     opt = optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
     rng = np.random.default_rng(o.seed)
     dtype = minidl.get_default_dtype()
@@ -134,18 +143,22 @@ def profile_cnn(o: TaskOptions) -> Profile:
         return F.binary_cross_entropy_with_logits(model(x), y)
 
     n = sum(p.data.size for p in model.parameters())
-    task = f"ResNet-{cfg.depth} preset {preset!r} (width {cfg.width}, {C}x{S}x{S} images, {n:,} parameters)"
+    net = f"ResNet-{cfg.model[6:]} (torchvision)" if imagenet else f"ResNet-{cfg.depth} (width {cfg.width})"
+    task = f"{net} preset {preset!r} ({C}x{S}x{S} images, batch {b}, {n:,} parameters)"
     prof = capture(
         task, "images", b, model, opt, forward, opt.step, int(o.fusion_mb * 2**20), o.steps, max_spread=o.max_spread
     )
-    stem = b * cfg.width * S * S * np.dtype(dtype).itemsize  # the first stage's feature maps (the largest)
-    return replace(prof, activation_bytes=stem, layers=cfg.depth)
+    # the largest feature maps: the CIFAR stem's width x S x S; the ImageNet stem's 64 x S/2 x S/2
+    stem = b * (64 * ((S + 1) // 2) ** 2 if imagenet else cfg.width * S * S) * np.dtype(dtype).itemsize
+    return replace(prof, activation_bytes=stem, layers=int(cfg.model[6:]) if imagenet else cfg.depth)
 
 
 def profile_task(kind: str, options: TaskOptions) -> Profile:
     """Measure the profile of ``kind`` ("lm" or "cnn") here, in ``options.dtype``, seeded."""
     if kind not in ("lm", "cnn"):
         raise ValueError(f"unknown task {kind!r}: expected lm or cnn")
+    if kind != "cnn" and (options.model or options.image):
+        raise ValueError("--model and --image apply only to the CNN (cnn)")
     if options.sparse_embedding and kind != "lm":
         raise ValueError("--sparse-embedding applies only to the language model (lm): this model has no embedding")
     previous = minidl.get_default_dtype()
