@@ -251,7 +251,8 @@ def backward(root: Tensor, grad: np.ndarray | None = None, retain_graph: bool = 
 
     micrograd's reverse sweep: Functions consumers first, each one's backward on its outputs' summed gradients,
     each input's gradient on into a leaf's ``.grad`` or its producer's slot. ``grad`` defaults to 1 for a
-    one-element root. What the engine adds (hooks, buffers reused, 16-bit rounding) lives in ``Sweep``.
+    one-element root. What the engine adds (hooks, buffers reused, 16-bit rounding) lives in ``Sweep``, whose
+    ``before`` and ``after`` wrap the chain-rule call as a profiler wraps a call it times.
     """
     grad = _seed(root, grad)
     if root._ctx is None:
@@ -269,7 +270,9 @@ def backward(root: Tensor, grad: np.ndarray | None = None, retain_graph: bool = 
             slots = grads.pop(id(fn), None)
             if slots is None:
                 continue
-            for p, g, needed in zip(fn.parents, sweep.call_backward(fn, slots), fn.needs_input_grad):
+            out_grads = sweep.before(fn, slots)
+            in_grads = fn.backward(*out_grads)  # the chain rule: d(root)/d(inputs) from d(root)/d(outputs)
+            for p, g, needed in zip(fn.parents, sweep.after(fn, in_grads), fn.needs_input_grad):
                 if needed and p._ctx is None:
                     sweep.to_leaf(fn, p, g)
                 elif needed and g is not None and p._ctx is not None:
@@ -304,8 +307,8 @@ def _checked(fn: Function, p: Tensor, g: np.ndarray) -> np.ndarray:
 
 
 class Sweep:
-    """What one backward pass does beyond the textbook loop, at its two points: calling a Function's
-    backward (``call_backward``) and adding a gradient into a leaf (``to_leaf``).
+    """What one backward pass does beyond the textbook loop, at its three points: before and after a
+    Function's backward (``before``, ``after``) and adding a gradient into a leaf (``to_leaf``).
 
     - ``last_use``: a Function's backward is told when its saved values are freed right after, so it may
       overwrite them instead of allocating; ``retain_graph=False`` frees them.
@@ -318,6 +321,7 @@ class Sweep:
 
     def __init__(self, order: list[Function], retain_graph: bool):
         self.retain_graph = retain_graph
+        self.current: Function | None = None  # the Function whose backward runs (between before and after)
         self.pending: dict[int, tuple[Tensor, int]] = {}  # hooked leaf -> (leaf, gradients still to come)
         for fn in order:
             for p, needed in zip(fn.parents, fn.needs_input_grad):
@@ -328,21 +332,24 @@ class Sweep:
         return self
 
     def __exit__(self, error: type[BaseException] | None, *_: Any) -> None:
+        if self.current is not None:  # a backward raised: outside the engine its saved values are intact again
+            self.current.last_use = False
         if error is None:  # hooked leaves that got no gradient this time: done all the same
             for leaf, _count in list(self.pending.values()):
                 _run_hooks(leaf)
 
-    def call_backward(self, fn: Function, slots: list[np.ndarray | None]) -> tuple[Any, ...]:
-        """``fn.backward`` on its outputs' gradients (zeros for an output that got none): one per input."""
+    def before(self, fn: Function, slots: list[np.ndarray | None]) -> tuple[np.ndarray, ...]:
+        """The gradients ``fn.backward`` is called on: its outputs' (zeros for an output that got none)."""
         fn.check_saved()
         out_grads = tuple(g if g is not None else np.zeros(s, dt) for g, (s, dt) in zip(slots, fn.out_meta))
         for idx, t in fn.retained.items():
             t.grad = out_grads[idx].copy() if t.grad is None else t.grad + out_grads[idx]
-        fn.last_use = not self.retain_graph
-        try:
-            in_grads: Any = fn.backward(*out_grads)
-        finally:
-            fn.last_use = False
+        fn.last_use, self.current = not self.retain_graph, fn
+        return out_grads
+
+    def after(self, fn: Function, in_grads: Any) -> tuple[Any, ...]:
+        """What ``fn.backward`` returned as one gradient (or None) per input; frees its saved values."""
+        fn.last_use, self.current = False, None
         if not self.retain_graph:
             fn.free()
         if not isinstance(in_grads, tuple):

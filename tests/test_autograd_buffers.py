@@ -83,3 +83,21 @@ def test_cross_entropy_direct_backward_calls_do_not_consume():
     g2, _ = fn.backward(np.array(1.0))  # last_use is False outside the engine: the saved values are intact
     np.testing.assert_array_equal(g1, g2)
     assert not np.shares_memory(g1, g2)
+
+
+def test_last_use_is_reset_when_a_backward_raises():
+    """Sweep.before tells a Function its saved values are on their last use; a backward that raises must not
+    leave that flag set, or a later direct call would overwrite values still needed."""
+
+    class Fails(minidl.Function):
+        def forward(self, x):
+            return x * 2.0
+
+        def backward(self, g):
+            raise ValueError("boom")
+
+    y = Fails.apply(_leaf(np.ones(3)))
+    fn = y._ctx
+    with pytest.raises(ValueError, match="boom"):
+        y.sum().backward()
+    assert fn.last_use is False
