@@ -126,7 +126,8 @@ def rank_data(
     rng = np.random.default_rng([seed, rank])
     dt = np.dtype(dtype) if not isinstance(dtype, str) else np_dtype(dtype)
     if values == "traceable":  # explain's encoding: any partial sum names its ranks and element
-        return (1 << rank) + (np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape) << TRACE_BITS)
+        traced = (1 << rank) + (np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape) << TRACE_BITS)
+        return traced.astype(np.float64) if dt == np.float64 else traced  # float64: exact below 2^53
     if dt.names is not None:
         out = np.empty(shape, dt)
         out["value"] = rng.integers(-3, 4, shape)

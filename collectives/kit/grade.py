@@ -26,7 +26,8 @@ import) becomes its verdict, and the run goes on to the next:
                 signature that cannot be called): its one line
     timed out   no verdict within --timeout seconds
     flooded     more than ten times --cap bytes of output
-    crashed     ended by a signal (a segmentation fault, the memory limit) or an unexpected exit status
+    crashed     ended by a signal (a segmentation fault, the memory limit), an unexpected exit status, or
+                a traceback from the check itself
     no verdict  exit status 0 or 1 without the check's verdict: the code ended the process itself
                 (sys.exit, os._exit) before the check could say anything
 
@@ -37,7 +38,7 @@ A progress line per submission with an ETA, then a table (submission, verdict, f
 smallest case, seconds). Each submission's full output is saved in ``--reports`` (default: a folder
 ``DIR-reports`` beside DIR) as NAME.txt, with the failure's space-time diagram as NAME.png. ``--json``
 and ``--csv`` write the same rows for a gradebook: submission, verdict, passed, property, case, seconds,
-report. Exit status 0 when every submission was graded (whatever the verdicts), 2 on a usage error.
+report, cpu_seconds. Exit status 0 when every submission was graded (whatever the verdicts), 2 on a usage error.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ class Finished:
     timed_out: bool = False
     flooded: bool = False
     dropped: int = 0  # bytes of output past the cap, not kept
+    cpu_seconds: float = 0.0  # the child's user and system time (fairer than wall time on a shared machine)
 
 
 def _limits(memory_mb: int, file_mb: int) -> Callable[[], None]:
@@ -98,7 +100,7 @@ def run_isolated(
     """Run ``cmd`` in a process group of its own under a wall-time and a memory limit; keep ``cap`` bytes of
     its output (stdout and stderr together), end it past ``FLOOD_FACTOR * cap``; never raises for what the
     child does."""
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), _children_cpu()
     proc = subprocess.Popen(
         list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd, env=env,
         preexec_fn=_limits(memory_mb, file_mb), start_new_session=True,
@@ -127,8 +129,14 @@ def run_isolated(
     ended = timed_out or flooded.is_set()
     return Finished(
         None if ended else proc.returncode, kept.decode(errors="replace"), time.perf_counter() - start,
-        timed_out, flooded.is_set(), max(total[0] - len(kept), 0),
+        timed_out, flooded.is_set(), max(total[0] - len(kept), 0), _children_cpu() - cpu,
     )  # fmt: skip
+
+
+def _children_cpu() -> float:
+    """CPU seconds of this process's children that have ended (one child at a time: the last one's)."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
 
 
 def _end(proc: subprocess.Popen) -> None:
@@ -149,6 +157,7 @@ class Row:
     case: str
     seconds: float
     report: str
+    cpu_seconds: float = 0.0
 
 
 def judge(finished: Finished, passed: Callable[[str], bool], failure: Callable[[str], tuple[str, str] | None],
@@ -172,6 +181,8 @@ def judge(finished: Finished, passed: Callable[[str], bool], failure: Callable[[
     line = usage(out) if rc == 2 else None
     if line is not None:
         return "not loaded", line, ""
+    if "Traceback (most recent call last)" in out:  # the check itself raised
+        return "crashed", f"the check raised {_last_line(out)}", ""
     if rc in (0, 1):
         return "no verdict", f"exit status {rc} before the verdict (sys.exit or os._exit in the code?)", ""
     return "crashed", f"exit status {rc}: {_last_line(out)}", ""
@@ -233,11 +244,12 @@ def grade_folder(
             prop = prop.replace(f"{path.parent.resolve()}{os.sep}", "")  # the student's file by its own name
             cut = f"\n[{done.dropped} more bytes of output not kept]\n" if done.dropped else ""
             report.write_text(f"$ {' '.join(cmd)}\n{done.output}{cut}")
-            row = Row(name, verdict_, verdict_ == "passed", prop, case, round(done.seconds, 2), str(report))
+            row = Row(name, verdict_, verdict_ == "passed", prop, case, round(done.seconds, 2), str(report),
+                      round(done.cpu_seconds, 2))  # fmt: skip
         rows.append(row)
         elapsed = time.perf_counter() - start
         eta = elapsed / k * (len(todo) - k)
-        what = f"{row.verdict}" + (f" ({row.property.splitlines()[0][:60]})" if row.property else "")
+        what = f"{row.verdict}" + (f" ({_short(row.property)})" if row.property else "")
         out(f"[{k}/{len(todo)}] {name}: {what}, {row.seconds:.1f} s | {100 * k // len(todo)}% ETA {_clock(eta)}")
     return rows
 
@@ -255,12 +267,17 @@ def _clock(seconds: float) -> str:
 def table(rows: Sequence[Row]) -> str:
     """The final table: submission, verdict, first property failed, smallest case, seconds."""
     head = ("submission", "verdict", "property", "smallest case", "seconds")
-    cells = [(r.submission, r.verdict, r.property.splitlines()[0][:70] if r.property else "", r.case, f"{r.seconds:.1f}")
-             for r in rows]  # fmt: skip
+    cells = [(r.submission, r.verdict, _short(r.property), r.case, f"{r.seconds:.1f}") for r in rows]
     widths = [max(len(c[i]) for c in [head, *cells]) for i in range(4)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row[:4], widths)) + f"  {row[4]:>7}" for row in [head, *cells]]
     passed = sum(r.passed for r in rows)
     return "\n".join(lines + [f"{passed} of {len(rows)} passed"])
+
+
+def _short(text: str, width: int = 48) -> str:
+    """A table cell: the first line, cut to ``width`` characters with an ellipsis (the JSON keeps it whole)."""
+    line = text.splitlines()[0] if text else ""
+    return line if len(line) <= width else line[: width - 3] + "..."
 
 
 def save(rows: Sequence[Row], json_path: str | None, csv_path: str | None) -> None:
@@ -294,7 +311,8 @@ def checked_grading(args: argparse.Namespace, ap: argparse.ArgumentParser) -> tu
         ap.error(f"--timeout {args.timeout:g}: seconds a submission may run, a positive number")
     if args.memory < 256 or args.cap < 1024:
         ap.error("--memory is at least 256 (MB) and --cap at least 1024 (bytes)")
-    reports = Path(args.reports) if args.reports else folder.resolve().parent / f"{folder.resolve().name}-reports"
+    base = folder if folder.name else folder.resolve()  # "." has no name
+    reports = Path(args.reports) if args.reports else base.parent / f"{base.name}-reports"
     if reports.exists() and not reports.is_dir():
         ap.error(f"--reports {reports}: a file is in the way")
     return folder, reports

@@ -66,6 +66,17 @@ class Op:
     def __call__(self, a: Any, b: Any) -> Any:
         return self.ufunc(a, b)
 
+    def Reduce_local(self, inbuf: Any, inoutbuf: Any) -> None:
+        """inoutbuf = inbuf op inoutbuf, as MPI_Reduce_local."""
+        a, b = (x[0] if isinstance(x, (list, tuple)) else x for x in (inbuf, inoutbuf))
+        self.ufunc(a, b, out=b)
+
+    def Is_commutative(self) -> bool:
+        return True
+
+    def Free(self) -> None:
+        pass
+
     def __repr__(self) -> str:
         return f"MPI.{self.name}"
 
@@ -241,6 +252,15 @@ class ModuleCopies:
             package.MPI.COMM_WORLD.target = comm  # the module may use it at import
             self.copies[key] = self._load(w, package)
         return self.copies[key]
+
+    def load_with(self, package: types.ModuleType) -> Callable[..., Any]:
+        """``fn`` from a copy of its module whose ``mpi4py`` is ``package`` (under --mpi: the watched real MPI)."""
+        if self.path is not None:
+            try:
+                return self._exec(0, package)
+            except Exception:  # noqa: BLE001, S110  (it imported once already: share that copy)
+                pass
+        return self._rebind(package)
 
     def _load(self, w: int, package: types.ModuleType) -> tuple[Callable[..., Any], Namespace]:
         namespace: Namespace = package.MPI

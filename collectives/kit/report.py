@@ -58,7 +58,10 @@ def describe_failure(
     lines += _inputs(outcome) + _answers(outcome)
     traced_dtype = "int64" if roles is None else "float64"
     lines += [f"messages, step by step (the same function on traceable {traced_dtype} values, p and n as above):"]
-    table, traced = step_table(fn, case, timeout, roles)
+    try:
+        table, traced = step_table(fn, case, timeout, roles)
+    except Exception as exc:  # noqa: BLE001  (the table is a help; the report stands without it)
+        table, traced = [f"(not tabulated: {type(exc).__name__}: {exc})"], None
     lines += ["  " + row for row in table]
     try:
         path = _diagram(traced or outcome, diagram, outcome.first_wrong)
@@ -134,7 +137,10 @@ def decode(values: np.ndarray) -> list[tuple[tuple[int, ...], int] | None]:
 
 def describe(data: bytes | None, dtype: str = "int64") -> str:
     """A message's traceable contents as runs: 'x0+x1[2:4]' is elements 2..3 summed over ranks 0 and 1."""
-    values = np.frombuffer(data or b"", dtype).astype(np.int64)
+    raw = data or b""
+    if len(raw) % np.dtype(dtype).itemsize:
+        return f"{len(raw)} bytes (not whole {dtype} values)"
+    values = np.frombuffer(raw, dtype).astype(np.int64)
     if values.size == 0:
         return "nothing"
     runs: list[list[Any]] = []  # [ranks, first element, last element]

@@ -11,7 +11,8 @@ the kit adapts to it instead of asking for an adapter, which would decide verdic
                          and reads the verdict from after the call (the return value is then ignored)
     f                    a NumPy ufunc, called f(a, b, out=c)
     op                   a plain Python function of two arrays that returns the combined array
-    mpiop                MPI's own op object (MPI.SUM, MPI.MAX, ...; callable as op(a, b), as mpi4py's are)
+    mpiop                the same object as op: MPI's own (MPI.SUM, MPI.MAX, ...), callable as op(a, b) as
+                         mpi4py's are, with Reduce_local; so a course may pass either
     root                 the root rank (rooted collectives)
     b                    block offsets of the v-collectives (block r is elements b[r]:b[r+1])
     counts               the same as per-rank counts (b[r+1] - b[r])
@@ -98,31 +99,43 @@ def recv_size(case: Case, q: int, r: int) -> int:
     return n
 
 
+OFF_ROOT_FILL = 0xA5  # the bytes of a recv buffer off the root: the caller's, which the function must leave alone
+
+
 def adapt(
     fn: Callable[..., Any], roles: tuple[str, ...], case: Case, q: int, r: int, mpi_op: Any = None
 ) -> Callable[..., Any]:
-    """A function with the kit's signature that calls ``fn`` in the user's order; with a ``recv`` role
-    it returns the recv buffer (a reduce's or gather's off the root: None)."""
+    """A function with the kit's signature that calls ``fn`` in the user's order.
+
+    ``op`` and ``mpiop`` are the same object: MPI's op (the rank's MPI.SUM, ...), callable as op(a, b)
+    as a course's plain function is, with MPI.Op's methods (Reduce_local) for a course that passes those.
+    With a ``recv`` role it returns the recv buffer; off the root of a reduce or gather, None if the
+    function left recv alone and the buffer if it wrote there. A broadcast that returns an array is
+    judged by what it returns."""
     names = internal(case.collective, case.inplace)
+    off_root = COLLECTIVES[case.collective].rooted and case.collective != "broadcast" and r != case.root % q
 
     def kit_fn(*args: Any) -> Any:
         given = dict(zip(names, args))
         if "b" in given:
             given["counts"] = np.diff(np.asarray(given["b"])).tolist()
         f = given.get("f")
-        given["op"] = (lambda a, b: f(a, b)) if f is not None else None
-        given["mpiop"] = mpi_op
+        given["op"] = given["mpiop"] = mpi_op if mpi_op is not None else ((lambda a, b: f(a, b)) if f else None)
         if "recv" in roles:
             data = given.get("x")
             dtype = data.dtype if isinstance(data, np.ndarray) else np.float64
             given["recv"] = np.zeros(recv_size(case, q, r), dtype)
+            if off_root:
+                given["recv"].view(np.uint8)[:] = OFF_ROOT_FILL
         result = fn(*[given[role] for role in roles])
         if "recv" not in roles:
-            return result
-        off_root = COLLECTIVES[case.collective].rooted and case.collective != "broadcast" and r != case.root % q
-        return None if off_root else given["recv"]
+            return result if case.collective != "broadcast" or not isinstance(result, np.ndarray) else result
+        if off_root:
+            return None if (given["recv"].view(np.uint8) == OFF_ROOT_FILL).all() else given["recv"]
+        return given["recv"]
 
     kit_fn.__qualname__ = getattr(fn, "__qualname__", "fn")
+    kit_fn.returns_result = case.collective == "broadcast"  # type: ignore[attr-defined]
     return kit_fn
 
 

@@ -37,7 +37,7 @@ def test_a_correct_ring_passes_and_a_wrong_one_fails_on_every_rank():
     p = MPI.COMM_WORLD.Get_size()
     assert verdict == 1  # every rank agrees on the verdict
     if MPI.COMM_WORLD.Get_rank() == 0:
-        assert f"fails under MPI at p = {p}" in text.getvalue() and "n=2" in text.getvalue()
+        assert f"breaks 'result' under MPI at p = {p}" in text.getvalue() and "n=2" in text.getvalue()
 
 
 def test_sends_are_synchronous():
