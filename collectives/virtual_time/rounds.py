@@ -44,7 +44,10 @@ class Schedule:
     """Rounds of a lockstep schedule: arrays of shape (K, p), or (K, 1) when every rank has the same.
 
     With ``relabel``, dst and src hold rank 0's peers and rank r's are relabel(rank 0's, r, p)
-    (made a round at a time: memory O(p), not O(K p)).
+    (made a round at a time: memory O(p), not O(K p)). With ``size_of`` (round k, ranks) -> (bytes sent,
+    bytes reduced), the sizes too are made a round at a time, and nbytes and reduced are not read: the ring
+    whose blocks are unequal (``ring_schedule``: its ``blocks`` rotate with the rank) and the node-aware
+    ring (``node_ring_schedule``).
     """
 
     p: int
@@ -53,7 +56,8 @@ class Schedule:
     nbytes: np.ndarray  # bytes each rank sends
     reduced: np.ndarray  # bytes each rank reduces after the round
     relabel: Callable | None = None
-    blocks: np.ndarray | None = None  # (p,) bytes of each block: then nbytes and reduced hold block shifts (below)
+    blocks: np.ndarray | None = None  # ring_schedule's (p,) bytes of each block
+    size_of: Callable[[int, np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None
 
     @property
     def rounds(self) -> int:
@@ -65,26 +69,18 @@ class Schedule:
         dst, src = self.dst[:, column], self.src[:, column]
         if self.relabel is not None:
             dst, src = self.relabel(dst, rank, self.p), self.relabel(src, rank, self.p)
-        if self.blocks is None:
+        if self.size_of is None:
             sent, reduced = self.nbytes[:, column], self.reduced[:, column]
         else:
-            sent = self.blocks[(rank + self.nbytes[:, 0]) % self.p]
-            shift = self.reduced[:, 0]
-            reduced = np.where(shift >= 0, self.blocks[(rank + shift) % self.p], 0)
+            sizes = [self.size_of(k, np.array([rank])) for k in range(self.rounds)]
+            sent, reduced = (np.array([s[i][0] for s in sizes], dtype=np.int64) for i in (0, 1))
         return np.stack([dst, src, sent, reduced], axis=1)
 
     def sizes(self, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Bytes each rank sends and reduces in round k, shape (p,) or (1,).
-
-        With ``blocks`` (the ring's rotating blocks): rank r sends block (r + nbytes[k]) mod p and
-        reduces block (r + reduced[k]) mod p, none where reduced[k] < 0 (memory O(p + K), not O(K p)).
-        """
-        if self.blocks is None:
+        """Bytes each rank sends and reduces in round k, shape (p,) or (1,)."""
+        if self.size_of is None:
             return self.nbytes[k], self.reduced[k]
-        ranks = np.arange(self.p)
-        shift = int(self.reduced[k, 0])
-        reduced = self.blocks[(ranks + shift) % self.p] if shift >= 0 else np.zeros(1, dtype=np.int64)
-        return self.blocks[(ranks + int(self.nbytes[k, 0])) % self.p], reduced
+        return self.size_of(k, np.arange(self.p))
 
     def peers(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """dst and src of every rank in round k, shape (p,)."""
@@ -134,7 +130,8 @@ def symmetric_schedule(
     """Every rank's rounds from rank 0's trace, relabelled (shift or XOR), checked on a sample of real traces.
 
     The ring whose blocks are unequal (n not a multiple of p) is no relabelling of rank 0 (a rank's
-    message sizes rotate with it): ring_schedule, checked on the same sample. None when nothing
+    message sizes rotate with it): ring_schedule, checked on the same sample; hierarchical_rs likewise
+    (node_ring_schedule). None when nothing
     reproduces the sample (the caller traces every rank instead).
     """
     drawn = np.random.default_rng(p).integers(1, p, samples).tolist() if p > 1 else []
@@ -152,29 +149,89 @@ def symmetric_schedule(
             schedule = Schedule(p, table[:, 0:1], table[:, 3:4], table[:, 2:3], table[:, 5:6], relabel)
             _check_matching(schedule, table[:, 1:2], table[:, 4:5])
             return schedule
-    if algorithm == "ring" and p > 1:  # unequal blocks: the sizes rotate with the rank (ring_schedule)
-        ring = ring_schedule(p, nbytes, dtype)
-        if matches(ring, dict(zip([0, *sample], traced))):
-            return ring
+    head, _, k = algorithm.partition(":")
+    if p > 1 and (algorithm == "ring" or head == "hierarchical_rs" and k.isdigit() and p % int(k) == 0):
+        # unequal blocks: the sizes rotate with the rank (ring_schedule) or with its node and local rank
+        rotating = (
+            ring_schedule(p, nbytes, dtype) if algorithm == "ring" else node_ring_schedule(p, int(k), nbytes, dtype)
+        )
+        if matches(rotating, dict(zip([0, *sample], traced))):
+            return rotating
     return None
 
 
 def ring_schedule(p: int, nbytes: int, dtype: Any = np.float32) -> Schedule:
     """The ring's rounds whatever the divisibility: rank r's blocks are rank 0's shifted by r (ring.py's indices).
 
-    Reduce-scatter step s: rank r sends block r - s - 1 and reduces block r - s - 2; allgather step
-    s: it sends block r - s (mod p); blocks as common.block_bounds cuts n elements. The caller
-    holds it to the real traces of a sample of ranks (``matches``).
+    Blocks as common.block_bounds cuts n elements; which block a rank sends and reduces in each round:
+    ``ring_shifts``. The caller holds it to the real traces of a sample of ranks (``matches``).
     """
     from collectives.common import block_bounds
 
     itemsize = np.dtype(dtype).itemsize
     blocks = np.diff(np.array(block_bounds(nbytes // itemsize, p), dtype=np.int64)) * itemsize
-    steps = np.arange(p - 1)
-    send = np.concatenate([(-steps - 1) % p, (-steps) % p])[:, None]
-    reduced = np.concatenate([(-steps - 2) % p, np.full(p - 1, -1)])[:, None]
-    one = np.ones_like(send)
-    return Schedule(p, one, (p - 1) * one, send, reduced, _shift, blocks)
+    send, reduced = ring_shifts(p)
+    one = np.ones((2 * (p - 1), 1), dtype=np.int64)
+    size_of = _rotating(blocks[None, :], send, reduced, lambda r: 0 * r, lambda r: r)
+    return Schedule(p, one, (p - 1) * one, 0 * one, 0 * one, _shift, blocks, size_of)
+
+
+def ring_shifts(q: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ring allreduce's blocks on q ranks relative to the rank (ring.py's indices), shape (2 (q - 1),) each.
+
+    Reduce-scatter step s: rank r sends block r - s - 1 and reduces block r - s - 2; allgather step s: it sends
+    block r - s (mod q) and reduces none (-1).
+    """
+    steps = np.arange(q - 1)
+    send = np.concatenate([(-steps - 1) % q, (-steps) % q])
+    reduced = np.concatenate([(-steps - 2) % q, np.full(q - 1, -1)])
+    return send, reduced
+
+
+def _rotating(table: np.ndarray, send: np.ndarray, reduced: np.ndarray, row_of: Callable, col_of: Callable) -> Callable:
+    """size_of for blocks that rotate with the rank: rank r's block in round k is table[row_of(r), (col_of(r) +
+    shift_k) mod C] for table (R, C) of bytes, the shifts ``send`` and ``reduced`` (-1: nothing reduced)."""
+    columns = table.shape[1]
+
+    def size_of(k: int, ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        row, col = row_of(ranks), col_of(ranks)
+        sent = table[row, (col + send[k]) % columns]
+        return sent, table[row, (col + reduced[k]) % columns] if reduced[k] >= 0 else np.zeros_like(sent)
+
+    return size_of
+
+
+def node_ring_schedule(p: int, k: int, nbytes: int, dtype: Any = np.float32) -> Schedule:
+    """hierarchical_rs on nodes of k ranks (hierarchical.py's rs schedule) whatever the divisibility.
+
+    Rank r = (node m, local rank j), N = p / k nodes: a ring reduce-scatter inside the node over the k blocks
+    of common.block_bounds(n, k), a ring allreduce across the nodes of block j (cut in N), a ring allgather
+    inside: ``ring_shifts`` of k, of N, of k. Rank r's peers are rank 0's under the shift of node and local
+    rank (``_node_shifts``), its blocks rotate with j inside and with m across. The caller holds it to the
+    real traces of a sample of ranks (``matches``).
+    """
+    from collectives.common import block_bounds
+
+    itemsize, nodes = np.dtype(dtype).itemsize, p // k
+    inner = np.diff(block_bounds(nbytes // itemsize, k))
+    across = np.array([np.diff(block_bounds(int(b), nodes)) for b in inner], dtype=np.int64).reshape(k, nodes)
+    s_in, r_in = ring_shifts(k)
+    s_x, r_x = ring_shifts(nodes)
+    local = _rotating(inner[None, :] * itemsize, s_in, r_in, lambda r: 0 * r, lambda r: r % k)
+    cross = _rotating(across * itemsize, s_x, r_x, lambda r: r % k, lambda r: r // k)
+    first, middle = k - 1, 2 * (nodes - 1)  # rounds: reduce-scatter inside, allreduce across, allgather inside
+
+    def size_of(t: int, ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if t < first:
+            return local(t, ranks)
+        if t < first + middle:
+            return cross(t - first, ranks)
+        return local(t - middle, ranks)
+
+    dst = np.array([1 % k] * first + [k % p] * middle + [1 % k] * first, dtype=np.int64)[:, None]
+    src = np.array([k - 1] * first + [(nodes - 1) * k] * middle + [k - 1] * first, dtype=np.int64)[:, None]
+    (relabel,) = _node_shifts(f"hierarchical_rs:{k}", p)
+    return Schedule(p, dst, src, 0 * dst, 0 * dst, relabel, None, size_of)
 
 
 def matches(schedule: Schedule, traced: dict[int, list[Row]]) -> bool:
