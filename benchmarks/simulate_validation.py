@@ -21,10 +21,12 @@
        we solve for it: how many images/s per GPU (batch 64) a 25.6 M-parameter (ResNet-50-sized) gradient, and
        the article's own >7 M-parameter network, allow before efficiency at 16 falls below 80%.
    (c) Hemsoth, "Scaling with Accuracy on CPU-Only HPC Infrastructure" (The Next Platform, 2018): ResNet-50 with
-       Horovod on up to 256 Skylake nodes of Dell's Zenith (Omni-Path 100, one non-blocking switch). Per node:
-       ``--resnet50-rate`` images/s (default 100: ResNet-50's 3.8 G multiply-adds per image forward (He et al.
-       2016) x 3 for training ~ 23 GFLOP; two 20-core Xeon Gold 6148 at ~5 TFLOP/s fp32 peak, ~50% of it), batch
-       32 per node (the 8k global batch at 256 nodes). Dell's own Intel Caffe runs on Zenith (Filby &
+       Horovod on up to 256 Skylake nodes of Dell's Zenith (Omni-Path 100, one non-blocking switch). The step is
+       minidl's own ResNet-50 (``minidl.models.resnet50()``, batch 32 at 224x224, the 8k global batch at 256
+       nodes) measured on one core here, on a node of 40 cores with half the ideal speed-up from them
+       (``--zenith-efficiency``). Or, with ``--resnet50-rate R``, a described node of R images/s (100 is
+       ResNet-50's 3.8 G multiply-adds per image forward (He et al. 2016) x 3 for training ~ 23 GFLOP; two 20-core
+       Xeon Gold 6148 at ~5 TFLOP/s fp32 peak, ~50% of it). Dell's own Intel Caffe runs on Zenith (Filby &
        Dandapanthula, "Deep Learning Performance with Intel Caffe", Dell EMC, 2018) scaled at 90% to 128 nodes and
        83% at 256: printed beside the simulation.
 
@@ -380,18 +382,34 @@ def article_cirrus(args: argparse.Namespace) -> None:
             print(f"{label:<34}{algorithm:<14}{rates[0]:>12,.0f}{rates[1]:>10,.0f}")
 
 
+def zenith_step(args: argparse.Namespace):
+    """(c)'s profile and node: minidl's ResNet-50 measured here on a 40-core node, or a described --resnet50-rate."""
+    if args.resnet50_rate:
+        text = f"ResNet-50 (25.6 M parameters) at {args.resnet50_rate:g} images/s per node (assumed), batch 32"
+        return described(25.6e6, args.resnet50_rate, 32, source="ResNet-50 on a 2 x 20-core Skylake node"), None, text
+    size, batch = (32, 4) if args.quick else (224, 32)
+    profile = profile_task(
+        "cnn", TaskOptions(model="resnet50", image=size, batch_size=batch, steps=1 if args.quick else 2)
+    )
+    node = NodeSpec(cores=40, efficiency=args.zenith_efficiency)
+    rate = profile.items / profile.compute_s * 40 * args.zenith_efficiency
+    text = (
+        f"minidl's ResNet-50 measured here ({size}x{size}, batch {batch}: {profile.items / profile.compute_s:.2f}"
+        f" images/s on one core), a 40-core node at efficiency {args.zenith_efficiency:g}: {rate:.1f} images/s"
+    )
+    return profile, node, text
+
+
 def article_zenith(args: argparse.Namespace) -> None:
     nodes = [1, 4, 16, 64, 128, 256]
     print('\n(c) Hemsoth, "Scaling with Accuracy on CPU-Only HPC Infrastructure" (The Next Platform, 2018)')
-    print(
-        f"    ResNet-50 (25.6 M parameters) at {args.resnet50_rate:g} images/s per node, batch 32, {args.zenith_network}"
-    )
+    profile, node, text = zenith_step(args)
+    print(f"    {text}, {args.zenith_network}")
     print("    Dell's Intel Caffe on the same cluster: 90% at 128 nodes, 83% at 256")
     print(f"{'allreduce':<14}{'overlap':<9}" + "".join(f"{n:>8}" for n in nodes))
-    profile = described(25.6e6, args.resnet50_rate, 32, source="ResNet-50 on a 2 x 20-core Skylake node (see doc)")
     for algorithm in ("ring", "tree", "rabenseifner"):
         for overlap in (False, True):
-            rows = scaling(profile, nodes, algorithm, args.zenith_network, overlap=overlap)
+            rows = scaling(profile, nodes, algorithm, args.zenith_network, node, overlap=overlap)
             print(f"{algorithm:<14}{str(overlap):<9}" + "".join(f"{100 * r.efficiency:>7.0f}%" for r in rows))
     rate = solve_rate(
         25.6e6, 32, 0.83, ranks=256, per_node=1, network=args.zenith_network, algorithm="ring", overlap=False
@@ -410,7 +428,8 @@ def main() -> None:
     ap.add_argument("--networks", default="1gbe,10gbe,25gbe,ib-fdr", help="(a): networks to try")
     ap.add_argument("--cirrus-network", default="ib-fdr")
     ap.add_argument("--zenith-network", default="omnipath100")
-    ap.add_argument("--resnet50-rate", type=float, default=100.0, help="(c): images/s of one Skylake node")
+    ap.add_argument("--resnet50-rate", type=float, help="(c): assume this many images/s per node (e.g. 100)")
+    ap.add_argument("--zenith-efficiency", type=float, default=0.5, help="(c): a 40-core node's share of ideal")
     ap.add_argument("--quick", action="store_true", help="1 repeat, 30 steps, the small model only")
     args = ap.parse_args()
     print_header(quick=args.quick)
