@@ -37,6 +37,7 @@ GUIDE = [
     "pytorch-names.md",
     "collectives.md",
     "testing-collectives.md",
+    "assignments.md",
     "exercises.md",
     "cluster.md",
     "scaling.md",
