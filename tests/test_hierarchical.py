@@ -9,9 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import collectives
+from collectives import nodes
 from collectives.algorithms import hierarchical
-from collectives.algorithms.hierarchical import hierarchical_allreduce, predict
 from collectives.cost import DEFAULT, CostParams
+from collectives.nodes import hierarchical_allreduce, predict
 from collectives.testing import check
 from collectives.virtual_time.network import LINKS
 from collectives.virtual_time.rounds import NotLockstep
@@ -43,7 +44,9 @@ def test_matches_numpy_and_every_rank_agrees(layout, schedule, n, seed, op, dtyp
     if dtype[0] == "i" or op in ("max", "min"):
         np.testing.assert_array_equal(out[0], want.astype(dtype))  # exact
     else:
-        np.testing.assert_allclose(out[0], want, rtol=1e-12 if dtype == "float64" else 1e-5, atol=1e-12)
+        # a sum that nearly cancels has a relative error above rtol: allow p roundings of the largest term too
+        atol = p * np.finfo(dtype).eps * float(np.abs(xs).max(initial=0))
+        np.testing.assert_allclose(out[0], want, rtol=1e-12 if dtype == "float64" else 1e-5, atol=atol)
     assert all(o.tobytes() == out[0].tobytes() for o in out)  # bitwise the same on every rank
 
 
@@ -85,6 +88,28 @@ def test_only_the_leaders_use_the_network_in_the_leader_schedule(p, k):
 
 def test_the_names_mean_the_schedules():
     assert hierarchical.NAMES == {"hierarchical": "leader", "hierarchical_rs": "rs"}
+
+
+def test_the_schedules_use_point_to_point_calls_only_and_old_imports_still_work():
+    """algorithms/ holds schedules on point-to-point calls; the communicators and the checked entry point moved to
+    collectives/nodes.py, and the names imported from the old place are the same objects."""
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(hierarchical))
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert not imported & {"collectives.dispatch", "collectives.agreement", "collectives.auto", "mpi4py"}
+    from collectives.algorithms.hierarchical import GroupComm, hierarchical_allreduce, node_comms
+
+    assert (GroupComm, hierarchical_allreduce, node_comms) == (
+        nodes.GroupComm,
+        nodes.hierarchical_allreduce,
+        nodes.node_comms,
+    )
+    assert hierarchical.allreduce is nodes.allreduce and hierarchical.free is nodes.free
+    with pytest.raises(AttributeError):
+        hierarchical.no_such_name
 
 
 def test_nodes_of_unequal_size_bad_groupings_and_names_are_refused():
@@ -131,7 +156,7 @@ def test_the_property_kit_passes_both_schedules(schedule):
     """The kit draws p from 1 to 16: nodes of p's smallest prime factor (k = p for a prime: one node)."""
 
     def fn(comm, x, f):
-        return hierarchical.allreduce(comm, x, f, _smallest_factor(comm.Get_size()), schedule=schedule)
+        return nodes.allreduce(comm, x, f, _smallest_factor(comm.Get_size()), schedule=schedule)
 
     assert check(fn, "allreduce", examples=25).examples > 25
 

@@ -11,5 +11,6 @@ agreement check: dispatch.py's entry points put that in front of them.
     dissemination       the barrier
     exchange            alltoall: pairwise exchange, Bruck
     prefix              scan and exscan by recursive doubling
-    hierarchical        within each node, then across nodes (two communicators): via the node leaders, or by blocks
+    hierarchical        within each node, then across nodes: via the node leaders, or by blocks (the two
+                        communicators and the checked entry point: collectives/nodes.py)
 """

@@ -267,7 +267,7 @@ PER_PEER = ("scatter", "alltoall")  # calls whose input is (p, n): n bytes for e
 def _hierarchical(name: str) -> Callable | None:
     """ "hierarchical:K" (the leader schedule) or "hierarchical_rs:K" (the reduce-scatter one): hierarchical.py's
     allreduce with nodes of K consecutive ranks (ring across them), or None."""
-    from collectives.algorithms.hierarchical import NAMES, hierarchical_allreduce
+    from collectives.nodes import NAMES, hierarchical_allreduce
 
     head, _, k = name.partition(":")
     if head not in NAMES or not k.isdigit() or int(k) < 1:
@@ -400,7 +400,7 @@ def check_memory(call: str, p: int, available: int | None = None, traced: int | 
     """Raise MemoryError, before tracing, if the traces of ``call`` on p ranks (or on ``traced`` of them)
     would not fit in memory."""
     need = events_estimate(call, p) * EVENT_BYTES * (traced or p) // p
-    available = _available_memory() if available is None else available
+    available = available_memory() if available is None else available
     if need > available:
         raise MemoryError(
             f"trace: {call} on p={p} ranks needs about {need / 2**30:.1f} GiB of traces, more than the "
@@ -408,7 +408,8 @@ def check_memory(call: str, p: int, available: int | None = None, traced: int | 
         )
 
 
-def _available_memory() -> int:
+def available_memory() -> int:
+    """Bytes of memory available now (/proc/meminfo's MemAvailable; unknown: no limit)."""
     try:
         with open("/proc/meminfo") as f:
             for line in f:

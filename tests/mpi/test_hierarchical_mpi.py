@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from collectives.algorithms.hierarchical import SCHEDULES, hierarchical_allreduce
+from collectives.nodes import SCHEDULES, hierarchical_allreduce
 
 COMM = MPI.COMM_WORLD
 

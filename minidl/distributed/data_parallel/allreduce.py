@@ -51,7 +51,7 @@ def allreduce(comm: Any, x: np.ndarray, algorithm: str = "ring", op: str = "sum"
     if algorithm == "mpi":
         return _mpi_allreduce(comm, x, op, check)
     if algorithm in ("hierarchical", "hierarchical_rs"):
-        from collectives.algorithms.hierarchical import NAMES, hierarchical_allreduce
+        from collectives.nodes import NAMES, hierarchical_allreduce
 
         return hierarchical_allreduce(comm, x, op, check=check, nodes=node_comms(comm), schedule=NAMES[algorithm])
     import collectives
@@ -64,7 +64,7 @@ def node_comms(comm: Any) -> tuple[Any, Any]:
     (a Dup or two Splits: collective, so every rank asks at the same call). Nodes as the module doc says."""
     import os
 
-    from collectives.algorithms import hierarchical
+    from collectives import nodes
 
     text = os.environ.get(RANKS_PER_NODE, "").strip()
     key = (id(comm), text)
@@ -78,7 +78,7 @@ def node_comms(comm: Any) -> tuple[Any, Any]:
             raise ValueError(f"{RANKS_PER_NODE} must be a positive integer, got {text!r}")
         if len(_NODES) >= 16:  # communicators come and go in tests: keep the most recent
             del _NODES[next(iter(_NODES))]
-        _NODES[key] = comm, hierarchical.node_comms(comm, int(text) if text else None)
+        _NODES[key] = comm, nodes.node_comms(comm, int(text) if text else None)
     return _NODES[key][1]
 
 
