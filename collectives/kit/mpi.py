@@ -42,7 +42,7 @@ from collectives.kit import roles as signature_roles
 from collectives.kit.cases import Case, groups, ops_for, split_args
 from collectives.kit.namespace import ModuleCopies
 from collectives.kit.report import describe_failure, step_table
-from collectives.kit.run import MPI_ERRORS, PROPERTIES, Outcome, _check, _raised, _shape_problem
+from collectives.kit.run import MPI_ERRORS, PROPERTIES, Outcome, _check, _order, _raised, _shape_problem
 from collectives.kit.search import Domain, draw, shrink
 from collectives.kit.spec import COLLECTIVES, wrong
 from collectives.loc import _raw  # a structured array (maxloc's pairs) travels as its bytes
@@ -146,7 +146,7 @@ class Req:
     def _finished(self) -> None:
         if self in self.watch.open:
             self.watch.open.remove(self)
-        if self.sent is not None and not np.array_equal(self.sent.view(np.uint8), self.buf.view(np.uint8)):
+        if self.sent is not None and self.buf is not None and not np.array_equal(self.sent, self.buf):
             self.watch.violations.append(
                 Violation(
                     "send-buffer-untouched", self.watch.control.Get_rank(),
@@ -218,6 +218,14 @@ class Req:
         return done, [r.obj for r in requests] if done else None
 
 
+def _peer(source: int) -> str:
+    return "ANY_SOURCE" if source == -2 else str(source)
+
+
+def _tag(tag: int) -> str:
+    return "ANY_TAG" if tag == -1 else str(tag)
+
+
 def _array(buf: Any) -> np.ndarray | None:
     """The array behind a buffer or an mpi4py buffer spec, flat bytes, or None."""
     if isinstance(buf, (list, tuple)) and buf:
@@ -280,14 +288,14 @@ class WatchedComm:
     def Recv(self, buf: Any, source: int = -2, tag: int = -1, status: Any = None) -> None:
         self._aliasing(buf, "recv")
         request = Req(self.watch, self.comm.Irecv(_raw(buf), source, tag), "Recv", buf)
-        self.watch.poll(lambda: request._test(status), f"Recv(source={source}, tag={tag})")
+        self.watch.poll(lambda: request._test(status), f"Recv(source={_peer(source)}, tag={_tag(tag)})")
 
     def Sendrecv(self, sendbuf: Any, dest: int, sendtag: int = 0, recvbuf: Any = None, source: int = -2,
                  recvtag: int = -1, status: Any = None) -> None:  # fmt: skip
         recv = self.Irecv(recvbuf, source, recvtag)
         send = self.Isend(sendbuf, dest, sendtag)
         recv.call = send.call = "Sendrecv"
-        self.watch.poll(lambda: recv._test(status) & send._test(), f"Sendrecv(dest={dest}, source={source})")
+        self.watch.poll(lambda: recv._test(status) & send._test(), f"Sendrecv(dest={dest}, source={_peer(source)})")
 
     # -- objects ------------------------------------------------------------------------------------------
     def isend(self, obj: Any, dest: int, tag: int = 0) -> Req:
@@ -309,7 +317,7 @@ class WatchedComm:
 
     def recv(self, buf: Any = None, source: int = -2, tag: int = -1, status: Any = None) -> Any:
         request = self.irecv(buf, source, tag)
-        self.watch.poll(request._test, f"recv(source={source}, tag={tag})")
+        self.watch.poll(request._test, f"recv(source={_peer(source)}, tag={_tag(tag)})")
         return request.obj
 
     def sendrecv(self, sendobj: Any, dest: int, sendtag: int = 0, recvbuf: Any = None, source: int = -2,
@@ -358,7 +366,7 @@ def namespace(world: WatchedComm) -> types.ModuleType:
     space.Request, space.COMM_WORLD = Req, world  # type: ignore[attr-defined]
     package = types.ModuleType("mpi4py")
     package.MPI, package.rc = space, sys.modules["mpi4py"].rc  # type: ignore[attr-defined]
-    package.__path__ = []  # type: ignore[attr-defined]
+    package.__path__ = []
     return package
 
 
@@ -421,9 +429,11 @@ class Runner:
             second = self._call(spec, watched, {k: (a.copy() if isinstance(a, np.ndarray) else a)
                                                 for k, a in arrays2[mine].items()}, again, len(group), mine, f)  # fmt: skip
         except BaseException as exc:  # noqa: BLE001  (the user's code may raise anything: it is the finding)
-            out.failures.append(_classify(exc, w))
+            prop, text = _classify(exc, w)
+            out.failures.append((prop, text))
+            out.waited_on_peer = isinstance(exc, PeerFailed)  # type: ignore[attr-defined]
             if not isinstance(exc, (PeerFailed, Hung)):
-                self.watch.tell_others(f"{type(exc).__name__}: {exc}"[:300])
+                self.watch.tell_others(text.split(": ", 1)[-1][:400])
         else:
             out.results[w] = kept
             full: list[dict] = [{} for _ in range(case.p)]
@@ -440,15 +450,18 @@ class Runner:
             out.checked.append("repeatable")
         finally:
             last_resort.cancel()
-        left = left or self.watch.open
-        for r in left:  # a send never waited: its buffer must still hold what it sent
-            if r.sent is not None and not np.array_equal(r.sent, r.buf):
-                r._finished()
+        returned = not out.failures or out.failures[0][0] not in ("completes", "truncation")
+        left = (left or self.watch.open) if returned else []
+        for req in left:  # a send never waited: its buffer must still hold what it sent
+            if req.sent is not None and req.buf is not None and not np.array_equal(req.sent, req.buf):
+                req._finished()
         found = {v.property: f"rank {w}: {v}" for v in reversed(self.watch.violations)}
         if left:
-            r = left[0]
-            found["request-completed"] = f"rank {w} returned with a request never completed: {r.call} from {r.where}"
-        out.failures[:0] = [(p, found[p]) for p in MPI_ERRORS if p in found]
+            found["request-completed"] = (
+                f"rank {w} returned with a request never completed: {left[0].call} from {left[0].where}"
+            )
+        out.failures += [(p, found[p]) for p in MPI_ERRORS if p in found]
+        out.failures.sort(key=lambda failure: _order(failure[0]))
         out.checked[1:1] = [p for p in MPI_ERRORS if p not in out.checked]
         sub.Free()
         return out
@@ -469,9 +482,11 @@ class Runner:
         mine = PROPERTIES.index(out.failures[0][0]) if out.failures and out.failures[0][0] in PROPERTIES else 99
         if out.failures and mine == 99:
             mine = PROPERTIES.index("result")  # the MPI oracle's disagreement
+        if getattr(out, "waited_on_peer", False) and len(out.failures) == 1:
+            mine = 98  # this rank only gave up waiting: the peer's failure names the property
         flag = np.array([mine], np.int64)
         self.world.Allreduce(MPI.IN_PLACE, flag, op=MPI.MIN)
-        return -1 if flag[0] == 99 else int(flag[0])
+        return -1 if flag[0] == 99 else (0 if flag[0] == 98 else int(flag[0]))
 
     def _stuck(self, case: Case, w: int) -> None:
         sys.stderr.write(  # one write, so that the ranks' lines do not interleave
@@ -602,7 +617,9 @@ def _report(fn: Any, runner: Runner, case: Case, broken: int, domain: Domain, ar
     if w == 0:
         name = getattr(fn, "__qualname__", fn)
         print(f"{name} breaks '{PROPERTIES[broken]}' under MPI at p = {case.p}; smallest failing case: {small}")
-        print("\n".join(line for line in lines if line))
+        shown = "\n".join(line for line in lines if line).splitlines()
+        key = f"  {PROPERTIES[broken]}:"
+        print("\n".join(sorted(shown, key=lambda line: not line.startswith(key))))  # the agreed property first
         print("\n".join(notes))
         print(f"{domain.contract().capitalize()} was judged; {untried(case.p)}")
         _in_process(fn, small, args, runner.roles)

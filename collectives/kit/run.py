@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import threading
 import time
 import traceback
@@ -220,8 +221,14 @@ def _mpi_errors(out: Outcome, violated: list[Any], left_open: list[str]) -> None
         found.setdefault(v.property, str(v))
     if left_open:
         found.setdefault("request-completed", left_open[0])
-    out.failures[:0] = [(prop, found[prop]) for prop in MPI_ERRORS if prop in found]
+    out.failures += [(prop, found[prop]) for prop in MPI_ERRORS if prop in found]
+    out.failures.sort(key=lambda failure: _order(failure[0]))
     out.checked[1:1] = [p for p in MPI_ERRORS if p not in out.checked]
+
+
+def _order(prop: str) -> int:
+    """A failure's place in the report: PROPERTIES' order (what broke first explains what follows)."""
+    return PROPERTIES.index(prop) if prop in PROPERTIES else len(PROPERTIES)
 
 
 def _arrays(case: Case, members: list[list[int]]) -> list[Arrays]:
@@ -275,19 +282,32 @@ def _stuck(exc: BaseException) -> str:
 
 def _raised(exc: BaseException) -> str:
     """The exception and the user's line: the innermost frame outside the kit and the in-process ranks."""
-    frames = [fr for fr in traceback.extract_tb(exc.__traceback__) if not _kit_frame(fr.filename)]
+    frames = [fr for fr in traceback.extract_tb(exc.__traceback__) if _user_frame(fr.filename)]
     where = f" at {frames[-1].filename}:{frames[-1].lineno}: {frames[-1].line}" if frames else ""
     notes = " ".join(n for n in getattr(exc, "__notes__", []) if "simulated rank" not in n)
+    message = " ".join(line.strip() for line in str(exc).splitlines()[-1:] if line.strip())  # MPI's last line says it
+    if "\n" in str(exc):
+        exc_text = str(exc).splitlines()[0].removesuffix(", error stack:") + ": " + message
+    else:
+        exc_text = str(exc)
     if isinstance(exc, SystemExit):
         return f"the function called sys.exit({exc.code!r}){where}"
     if isinstance(exc, KeyboardInterrupt):
         return f"KeyboardInterrupt raised inside the function{where}"
     if isinstance(exc, ExitCalled):
         return str(exc)
-    return f"{type(exc).__name__}: {exc} {notes}{where}".strip()
+    return f"{type(exc).__name__}: {exc_text} {notes}{where}".strip()
 
 
 _KIT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # collectives/
+
+
+def _user_frame(filename: str) -> bool:
+    """A frame of the user's code: not the kit's, not a library's (NumPy, mpi4py, the standard library)."""
+    name = os.path.abspath(filename)
+    if _kit_frame(name) or not name.endswith(".py") or "-packages" + os.sep in name:
+        return False
+    return not name.startswith(os.path.join(sys.base_prefix, "lib"))
 
 
 def _kit_frame(filename: str) -> bool:
