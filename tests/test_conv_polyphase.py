@@ -60,6 +60,9 @@ def test_auto_takes_polyphase_for_shallow_strided_layers():
     assert choose_method((512, 256, 3, 3), (2, 2), (1, 1), (1, 1), 1) == "gemm"  # deep: one large product
     assert choose_method((32, 16, 1, 1), (2, 2), (0, 0), (1, 1), 1) == "im2col"
     assert choose_method((32, 16, 3, 3), (2, 2), (1, 1), (2, 2), 1) == "gemm"  # dilation
+    # a 1x1 kernel on a small map: one product over the batch (ResNet-50's last stages)
+    assert choose_method((2048, 512, 1, 1), (1, 1), (0, 0), (1, 1), 1, out_pixels=49) == "gemm"
+    assert choose_method((2048, 512, 1, 1), (1, 1), (0, 0), (1, 1), 1, out_pixels=196) == "im2col"
 
 
 def test_polyphase_refuses_dilation_and_groups():

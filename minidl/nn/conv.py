@@ -19,14 +19,14 @@ groups. Dilation d spreads the taps (tap (i, j) reads x_pad[.., d*i + s*oh, d*j 
 Which one runs. ``conv2d(method="auto")``, the default, picks by shape (``choose_method``; the choice
 was measured with ``benchmarks/cnn.py --layers``):
 
-    1x1 kernel, one group                                     "im2col"     (here: its im2col is the input
+    1x1 kernel, one group, output of >= 128 pixels            "im2col"     (here: its im2col is the input
                                                                             itself, or a subsample)
     stride 1, no dilation, one group, padding < kernel,       "implicit"   (conv_implicit.py: shifted
       K = C*kh*kw < 1024                                                    products, no im2col copy)
     strided, no dilation, one group, K < 1024                 "polyphase"  (conv_polyphase.py: stride-1
                                                                             convolutions over the phases)
-    anything else (K >= 1024, dilation, groups)               "gemm"       (conv_gemm.py: one product over
-                                                                            the whole batch)
+    anything else (K >= 1024, dilation, groups, a 1x1 kernel  "gemm"       (conv_gemm.py: one product over
+      on a small map)                                                       the whole batch)
 
 So every 3x3 layer of ResNet-20 (K = 144 to 576) runs "implicit" (stride 1) or "polyphase" (stride 2),
 the deep 3x3 layers of a ResNet-50 run "gemm", and the im2col code above runs by default only for the
@@ -52,6 +52,7 @@ from minidl.tensor import Function, Tensor, get_default_dtype
 
 METHODS = ("auto", "im2col", "implicit", "gemm", "polyphase")
 GEMM_MIN_DEPTH = 1024  # "auto" takes "gemm" when K = C*kh*kw reaches this (measured: benchmarks/cnn.py --layers)
+GEMM_MAX_PIXELS_1X1 = 128  # and for a 1x1 kernel whose output has fewer pixels than this (measured, as above)
 
 
 class Conv2dFunction(Function):
@@ -88,14 +89,17 @@ class Conv2dFunction(Function):
         return (dx, dw) if len(self.parents) == 2 else (dx, dw, db)
 
 
-def choose_method(weight_shape, stride, padding, dilation, groups) -> str:
+def choose_method(weight_shape, stride, padding, dilation, groups, out_pixels: int | None = None) -> str:
     """What "auto" runs (measured: ``benchmarks/cnn.py --layers``): "im2col" for 1x1 convolutions (their
-    im2col is the input itself, or a subsample), "implicit" for stride-1 ones with a shallow
-    K = C*kh*kw, "polyphase" for strided ones with a shallow K (ResNet-20's 3x3 stride-2: 12.9 against
-    17.9 ms by "gemm", measured), "gemm" otherwise (deep layers, dilation, groups)."""
+    im2col is the input itself, or a subsample) unless their output has fewer than 128 ``out_pixels`` (OH*OW),
+    "implicit" for stride-1 ones with a shallow K = C*kh*kw, "polyphase" for strided ones with a shallow K
+    (ResNet-20's 3x3 stride-2: 12.9 against 17.9 ms by "gemm", measured), "gemm" otherwise (deep layers,
+    dilation, groups, and 1x1 kernels on small maps: there im2col's one small product per image reads the
+    whole weight N times; ResNet-50's 1x1 512 -> 2048 at 2x2, batch 32: 11.5 against 86 ms, at 7x7, batch 8:
+    24 against 36 ms; equal at 14x14)."""
     o, cg, kh, kw = weight_shape
     if kh * kw == 1 and groups == 1:
-        return "im2col"
+        return "gemm" if out_pixels is not None and out_pixels < GEMM_MAX_PIXELS_1X1 else "im2col"
     if implicit_applies(weight_shape, stride, padding, dilation, groups) and cg * kh * kw < GEMM_MIN_DEPTH:
         return "implicit"
     if dilation == (1, 1) and groups == 1 and cg * kh * kw < GEMM_MIN_DEPTH:
@@ -142,7 +146,11 @@ def conv2d(
             f"stride={stride}, padding={padding}, dilation={dilation}, groups={groups}, kernel {tuple(weight.shape[2:])}"
         )
     if method == "auto":
-        method = choose_method(weight.shape, stride, padding, dilation, groups)
+        try:
+            oh, ow = check_window(x.shape, tuple(weight.shape[2:]), stride, padding, "conv2d", dilation)
+        except ValueError:
+            oh = ow = 0  # a bad shape: the convolution itself says what is wrong
+        method = choose_method(weight.shape, stride, padding, dilation, groups, out_pixels=oh * ow or None)
     if method == "implicit":
         fn, kw = ImplicitConv2dFunction, {"padding": padding}
     elif method == "polyphase":
