@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # The guide's pages in reading order; a page of docs/ not named here follows them, by name.
 GUIDE = [
     "using.md",
+    "core.md",
     "training.md",
     "pytorch-names.md",
     "collectives.md",
