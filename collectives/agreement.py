@@ -73,7 +73,21 @@ NOTHING.flags.writeable = False
 
 
 class MismatchError(ValueError):
-    """Ranks called a collective with different shapes, dtypes, ops, roots, counts or collectives."""
+    """Ranks called a collective with different shapes, dtypes, ops, roots, counts or collectives.
+
+    Made on every rank of a failed agreement, wherever it is raised; making one calls each of ``ON_MISMATCH``
+    (minidl's lockstep forgets the end of run it would agree on at exit: a rank that catches this error and
+    returns would otherwise wait there for partners that have gone).
+    """
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        for hook in ON_MISMATCH:
+            hook()
+
+
+# Called whenever a MismatchError is made (a library above the collectives: "this run has failed here").
+ON_MISMATCH: list[Callable[[], None]] = []
 
 
 def as_native_array(x: Any) -> np.ndarray:

@@ -45,7 +45,10 @@ def main():
 
 
 def run_job(body: str, launch: str) -> tuple[subprocess.CompletedProcess, str]:
-    script = PROGRAM.format(body=textwrap.indent(textwrap.dedent(body), "    ")) + launch
+    return run_script(PROGRAM.format(body=textwrap.indent(textwrap.dedent(body), "    ")) + launch)
+
+
+def run_script(script: str) -> tuple[subprocess.CompletedProcess, str]:
     proc = subprocess.run(
         [MPIEXEC, "-n", "2", sys.executable, "-c", script],
         capture_output=True,
@@ -86,3 +89,37 @@ def test_add_param_group_on_one_rank_after_the_first_step_ends_the_job():
 def test_ranks_in_step_end_quietly():
     proc, out = run_job("train(3)", "main()\n")
     assert proc.returncode == 0 and "Error" not in out, out
+
+
+CAUGHT = """
+try:
+    {body}
+except Exception as e:
+    print(f"rank {{rank}} caught {{type(e).__name__}}", flush=True)
+return
+"""
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # uneven steps, then an evaluation's allreduce: rank 0 fails in ring.allreduce, rank 1 in its step 2
+        "train(1 + rank); collectives.allreduce(comm, np.ones(3), algorithm='ring')",
+        # add_param_group on rank 1 alone after the first step: the layout check against rank 0's step 2
+        "train(1); (opt.add_param_group({'params': list(model.parameters())[2:]}) if rank == 1 else None); train(1)",
+    ],
+)
+def test_a_caught_mismatch_ends_the_job_at_once(body):
+    """Every rank catches the error and returns: nothing is left to agree on at exit (issue 32: it hung until
+    killed, the atexit end of run of the rank whose error came from a collective waiting for a partner gone)."""
+    script = PROGRAM.format(body=textwrap.indent(CAUGHT.format(body=body), "    ")) + "main()\n"
+    proc, out = run_script("import collectives\n" + script)
+    assert proc.returncode == 0, out
+    assert "rank 0 caught" in out and "rank 1 caught" in out and "StepMismatchError" in out, out
+
+
+def test_a_mismatch_under_dist_run_is_its_one_line_per_rank():
+    """dist.run prints the error (its table of ranks), not a traceback, before it ends the job."""
+    proc, out = run_job("train(2 + rank)", "dist.run(main)\n")
+    assert proc.returncode != 0, out
+    assert "Traceback" not in out and "StepMismatchError: " in out, out

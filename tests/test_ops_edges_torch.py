@@ -178,3 +178,33 @@ def test_conv2d_negative_symmetric_padding_and_the_module():
     np.testing.assert_allclose(out.data, ref.numpy(), rtol=1e-10, atol=1e-12)
     with pytest.raises(ValueError, match="crops more than the input's size"):
         F.conv2d(minidl.tensor(x), minidl.tensor(conv.weight.data), padding=(-4, -4, 0, 0))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("axis", [None, 0, -1])
+@pytest.mark.parametrize("op", ["std", "var"])
+def test_std_and_var_of_a_0d_tensor_are_nan_with_a_warning_as_torch(op, axis, dtype):
+    """One value has no spread to estimate (n - correction = 0): NaN and a warning, gradient NaN, as PyTorch
+    (std raised TypeError: 'numpy.float32' object does not support item assignment)."""
+    x = minidl.tensor(np.array(2.0, dtype), requires_grad=True)
+    with pytest.warns(RuntimeWarning, match="degrees of freedom is <= 0"):
+        y = getattr(x, op)() if axis is None else getattr(x, op)(axis)
+    assert y.shape == () and y.dtype == dtype and np.isnan(y.item())
+    y.backward()
+    assert x.grad.shape == () and x.grad.dtype == dtype and np.isnan(x.grad)
+    torch = _torch()
+    t = torch.tensor(2.0, dtype=getattr(torch, np.dtype(dtype).name), requires_grad=True)
+    with pytest.warns(UserWarning, match="degrees of freedom is <= 0"):
+        ref = getattr(t, op)() if axis is None else getattr(t, op)(axis)
+    ref.backward()
+    assert np.isnan(ref.item()) and np.isnan(t.grad.item())
+
+
+@pytest.mark.parametrize("axis", [None, 0, -1])
+@pytest.mark.parametrize("op", ["std", "var"])
+def test_std_and_var_of_a_0d_tensor_gradcheck_where_defined(op, axis):
+    """With correction 0 a 0-d tensor's spread is defined (0); its gradient is checked in float64."""
+    x = minidl.tensor(np.array(2.5), requires_grad=True)
+    fn = (lambda t: getattr(t, op)(correction=0)) if axis is None else (lambda t: getattr(t, op)(axis, correction=0))
+    assert fn(x).item() == 0.0
+    assert gradcheck(fn, [x])

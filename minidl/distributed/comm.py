@@ -12,6 +12,7 @@ Every function of ``minidl.distributed`` takes an optional ``comm=``; ``None`` m
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -124,27 +125,36 @@ def _describe(comm: Any) -> str:
 def abort_on_error(exc: BaseException, comm: Any = None, errorcode: int = 1) -> None:
     """Print ``exc``'s traceback with this rank's number to stderr, then abort the job if MPI can.
 
+    A ``MismatchError`` (ranks that disagree: raised on every rank, its message the whole story) prints as
+    its one line, ``[rank r of p] StepMismatchError: ...``, as everywhere else, without the traceback.
     Returns (so the caller re-raises) only where the communicator has no ``Abort``.
     """
+    from collectives.agreement import MismatchError
+
     try:
         comm = get_comm(comm)
     except RuntimeError:  # before dist.init(): under mpiexec the job is still COMM_WORLD, and must end
         comm = _world_if_launched()
     who = _describe(comm) if comm is not None else "[rank ?]"
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    sys.stderr.write(f"\n{who} aborting the job after an uncaught exception:\n{text}")
+    if isinstance(exc, MismatchError):
+        sys.stderr.write(f"{who} {type(exc).__name__}: {exc}\n")
+    else:
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        sys.stderr.write(f"\n{who} aborting the job after an uncaught exception:\n{text}")
     sys.stderr.flush()
     if comm is not None and callable(getattr(comm, "Abort", None)):
         # MPI_Abort kills every process at once, the launcher's output forwarding included: give the
         # message a moment to travel through mpiexec first, or the job may end without saying why.
         time.sleep(ABORT_GRACE_S)
         comm.Abort(errorcode)
+        # MPICH's MPI_Abort may return on a rank whose partner's abort is already ending the job: end here too,
+        # or the caller's re-raise prints the traceback this function just spared.
+        sys.stderr.flush()
+        os._exit(errorcode)
 
 
 def _world_if_launched() -> Any:
     """``MPI.COMM_WORLD`` when this process was started by mpiexec (or has loaded MPI), else None."""
-    import os
-
     launched = any(v in os.environ for v in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"))
     if not launched and "mpi4py.MPI" not in sys.modules:
         return None

@@ -39,7 +39,15 @@ import sys
 import threading
 from typing import Any
 
-from collectives.agreement import CONTEXT, NOTES, MismatchError, handshake, header_bytes, raise_unless_agreed
+from collectives.agreement import (
+    CONTEXT,
+    NOTES,
+    ON_MISMATCH,
+    MismatchError,
+    handshake,
+    header_bytes,
+    raise_unless_agreed,
+)
 from minidl.distributed.timeout import activity, base_comm
 
 STEP = "optimizer step"
@@ -79,8 +87,7 @@ def _agree(comm: Any, call: str) -> None:
     head = header_bytes(None, None, "", call[:32])
     try:
         raise_unless_agreed(comm, head, handshake(comm, head)[1])
-    except MismatchError as e:
-        forget()  # the run has failed here: nothing is left to agree on at its end
+    except MismatchError as e:  # (making it forgot the end of run: ON_MISMATCH)
         raise StepMismatchError(str(e)) from None
 
 
@@ -135,6 +142,7 @@ def steps_done() -> str:
 
 NOTES[STEP] = NOTES[END] = WHY  # said on every rank, whichever collective it is in
 CONTEXT[:] = [steps_done]  # every rank's row names its step
+ON_MISMATCH[:] = [forget]  # a failed agreement, in any collective or layout check: nothing is left to agree on
 
 
 def _spans_the_mpi_job(comm: Any) -> bool:

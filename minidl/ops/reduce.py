@@ -122,9 +122,17 @@ class Var(Function):
             return expand_reduced(g, d.shape, self.axes, self.keepdims) * (2 * d / self.dof)
 
 
-def dof(a: np.ndarray, axes: tuple[int, ...], correction: int) -> np.ndarray:
-    """n - correction, the divisor of var (n: the elements reduced); <= 0 gives inf or nan, as PyTorch."""
+def dof(a: np.ndarray, axes: tuple[int, ...], correction: int, op: str = "var") -> np.ndarray:
+    """n - correction, the divisor of var (n: the elements reduced); <= 0 gives inf or nan and a warning, as
+    PyTorch (a 0-d tensor's std: one value, no spread to estimate)."""
     n = int(np.prod([a.shape[ax] for ax in axes]))
+    if n - correction <= 0:
+        warnings.warn(
+            f"{op}(): degrees of freedom is <= 0 ({n} value{'' if n == 1 else 's'} reduced, correction "
+            f"{correction}): the result is nan or inf",
+            RuntimeWarning,
+            stacklevel=3,
+        )
     return np.asarray(max(n - correction, 0), a.dtype)
 
 
@@ -136,9 +144,9 @@ class Std(Function):
     def forward(self, a, axis=None, correction=1, keepdims=False):
         check_float("std", a)
         self.axes, self.keepdims = normalize_axis(axis, a.ndim), keepdims
-        self.dof = dof(a, self.axes, correction)
+        self.dof = dof(a, self.axes, correction, "std")
         d = a - a.mean(axis=self.axes, keepdims=True)
-        scale = np.abs(d).max(axis=self.axes, keepdims=True, initial=0)
+        scale = np.asarray(np.abs(d).max(axis=self.axes, keepdims=True, initial=0))  # an array for a 0-d a too
         scale[scale == 0] = 1  # every d is 0 there: any scale gives std 0
         with np.errstate(divide="ignore", invalid="ignore"):
             out = scale * np.sqrt(np.square(d / scale).sum(axis=self.axes, keepdims=True) / self.dof)
