@@ -48,11 +48,14 @@ def spacetime(
     labels: Sequence[str] | Callable[[Message], str] | None = None,
     title: str = "",
     highlight: Collection[int | Message] | None = None,
+    tag_names: dict[int, str] | None = None,
 ) -> Figure:
     """Draw ``messages`` (a ``SimulationResult.messages``) between ``nprocs`` ranks; save a PNG at ``path``.
 
     ``labels``: one string per message, or a function of the message ("b3=x0+x1"), written on its arrow.
     ``highlight``: ranks (ints) whose lines, and messages (the very objects) whose arrows, are drawn in red.
+    ``tag_names``: the legend's name of each tag (default: the package's phases, TAG_NAMES; a user's own
+    code passes {} and its messages are named "tag 1", ...).
     Returns the matplotlib Figure (one ``FancyArrowPatch`` per message in ``fig.axes[0].patches``).
     """
     try:
@@ -73,7 +76,7 @@ def spacetime(
     ax.hlines(range(nprocs), 0, end, color="0.75", lw=1.0, zorder=0)
     for r in ranks:
         ax.hlines(r, 0, end, color=HIGHLIGHT, lw=2.5, zorder=0)
-    colors = _arrows(ax, messages, marked)
+    colors = _arrows(ax, messages, marked, TAG_NAMES if tag_names is None else tag_names)
     if texts:
         _place_labels(ax, messages, texts, (step_in, _RANK_IN))
     ax.set(xlim=(-0.3, end + 0.3), ylim=(nprocs - 0.5, -0.5), xlabel="logical clock (steps)", title=title)
@@ -111,14 +114,14 @@ def _highlights(highlight: Any, nprocs: int) -> tuple[set[int], set[int]]:
     return ranks, {id(h) for h in highlight or () if not isinstance(h, (int, np.integer))}
 
 
-def _arrows(ax: Any, messages: Sequence[Message], marked: set[int]) -> dict[str, str]:
+def _arrows(ax: Any, messages: Sequence[Message], marked: set[int], names: dict[int, str]) -> dict[str, str]:
     """One arrow per message; returns the colour of each phase drawn, in order of first use."""
     from matplotlib.patches import FancyArrowPatch
 
     colors: dict[str, str] = {}
     biggest = max([m.nbytes for m in messages] + [1])
     for m in messages:
-        phase = TAG_NAMES.get(m.tag, f"tag {m.tag}")
+        phase = names.get(m.tag, f"tag {m.tag}")
         color = colors.setdefault(phase, _PALETTE[len(colors) % len(_PALETTE)])
         lost = m.arrival is None
         arrow = FancyArrowPatch(

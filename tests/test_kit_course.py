@@ -380,3 +380,18 @@ def test_a_race_is_reported_as_intermittent_with_how_often_it_failed():
         check(sometimes, dtypes=["int64"], ops=["sum"], examples=40, diagram="")
     text = str(info.value)
     assert "intermittent:" in text and "of 5 runs" in text
+
+
+def test_the_diagram_names_a_students_tags_as_tags_not_as_the_packages_phases(tmp_path, monkeypatch):
+    """A student's tag-1 messages were drawn as the package's "check" phase (tag 1 is its agreement handshake)."""
+    pytest.importorskip("matplotlib")
+    import collectives.diagram
+    from kit_bugs.mpi_bugs import truncated_receive
+
+    drawn = []
+    real = collectives.diagram.spacetime
+    monkeypatch.setattr(collectives.diagram, "spacetime", lambda *a, **k: drawn.append(real(*a, **k)))
+    with pytest.raises(PropertyFailure):
+        check(truncated_receive, diagram=str(tmp_path / "d.png"), examples=0)
+    legend = [t.get_text() for t in drawn[-1].axes[0].get_legend().get_texts()]
+    assert legend and "check" not in legend and all(x.startswith("tag ") for x in legend), legend

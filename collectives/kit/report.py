@@ -202,7 +202,7 @@ def _diagram(outcome: Outcome, path: str | None, first_wrong: tuple[int, int] | 
         title = f"{c.collective}, p = {c.p}, n = {c.n}" + (", traceable values" if c.values == "traceable" else "")
         labels = [describe(m.data, c.dtype) if m.data is not None else "" for m in outcome.messages]
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        spacetime(outcome.messages, c.p, path, title=title, highlight=marked, labels=labels)
+        spacetime(outcome.messages, c.p, path, title=title, highlight=marked, labels=labels, tag_names={})
     except ImportError:
         return None
     return path
