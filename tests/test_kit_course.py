@@ -385,8 +385,9 @@ def test_a_race_is_reported_as_intermittent_with_how_often_it_failed():
 def test_the_diagram_names_a_students_tags_as_tags_not_as_the_packages_phases(tmp_path, monkeypatch):
     """A student's tag-1 messages were drawn as the package's "check" phase (tag 1 is its agreement handshake)."""
     pytest.importorskip("matplotlib")
-    import collectives.diagram
     from kit_bugs.mpi_bugs import truncated_receive
+
+    import collectives.diagram
 
     drawn = []
     real = collectives.diagram.spacetime
