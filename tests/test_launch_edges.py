@@ -108,6 +108,23 @@ def test_last_error_names_the_rank_of_mpiexecs_report():
     assert launch.last_error([], {}, -9) == "mpiexec killed by signal 9 (SIGKILL)"
 
 
+def test_last_error_reads_open_mpis_reports():
+    # Open MPI 5.0.11's words (prterun's), wrapped as it wraps them: rank 1 killed by SIGKILL; rank 2 exiting with 3
+    killed = """prterun noticed that process rank 1 with PID 26799 on node vm exited on
+signal 9 (Killed).
+--------------------------------------------------------------------------"""
+    exited = """prterun detected that one or more processes exited with non-zero status,
+thus causing the job to be terminated. The first process to do so was:
+
+   Process name: [prterun-vm-27228@1,2]
+   Exit code:    3
+--------------------------------------------------------------------------"""
+    assert launch.last_error(killed.splitlines(), {}) == "rank 1 killed by signal 9 (SIGKILL)"
+    assert launch.last_error(exited.splitlines(), {}, 3) == "rank 2 exited with status 3"
+    dead = ["--inject-failure: exiting abruptly at step 6", *exited.splitlines()]
+    assert launch.last_error(dead, {}, 1) == dead[0]  # the rank's own line says more
+
+
 def test_a_damaged_newest_checkpoint_is_passed_over(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     save = str(tmp_path / "lm.npz")

@@ -15,7 +15,8 @@ launcher starts it again from its newest checkpoint with the ranks that can be h
   ``--resume FILE``; ``minidl.train`` keeps the global batch at the new size, so the data order goes on);
 - one line per restart says what happened; after ``--max-restarts`` restarts it gives up with the last error.
   A command that exits with status 2 (bad input) is not restarted: running it again cannot help. A rank killed
-  by a signal is named: "rank 1 killed by signal 9 (SIGKILL)" (its pid, from mpiexec's report, mapped to its rank);
+  by a signal is named: "rank 1 killed by signal 9 (SIGKILL)" (its pid, from MPICH's report, mapped to its rank;
+  Open MPI's report names the rank);
 - a damaged newest checkpoint (cut short, a disk error) is named and passed over for the one before it;
 - SIGTERM or SIGINT to the launcher (a batch system's scancel, a ``timeout``) is passed on to mpiexec, which ends
   its ranks; the launcher waits for them (killing the job's process group after GRACE seconds) and exits with
@@ -58,6 +59,12 @@ RANK_VARIABLES = (b"PMI_RANK", b"PMIX_RANK", b"OMPI_COMM_WORLD_RANK", b"SLURM_PR
 BAD_TERMINATION = re.compile(r"PID (\d+) RUNNING AT (\S+)")
 EXIT_CODE = re.compile(r"EXIT CODE: (\d+)")
 SIGNALLED = re.compile(r"EXIT STRING: .*\(signal (\d+)\)")
+# Open MPI's (PRRTE's), wrapped anywhere at 76 columns: "prterun noticed that process rank 1 with PID 765 on node vm
+# exited on signal 9 (Killed)."; for a non-zero exit "Process name: [prterun-vm-27228@1,1]  Exit code: 3" (rank 1)
+OMPI_SIGNALLED = re.compile(
+    r"process\s+rank\s+(\d+)\s+with\s+PID\s+\d+\s+on\s+node\s+\S+\s+exited\s+on\s+signal\s+(\d+)"
+)
+OMPI_EXITED = re.compile(r"Process\s+name:\s+\[\S*,(\d+)\]\s+Exit\s+code:\s+(\d+)")
 
 
 class LaunchError(Exception):
@@ -306,12 +313,18 @@ def last_error(
         who = f"rank {pids[pid]}" if pids and pid in pids else f"a rank (pid {pid} on {dead.group(2)})"
     if who and signalled:
         return f"{who} killed by signal {signalled.group(1)} ({signal_name(int(signalled.group(1)))})"
+    ompi_signalled, ompi_exited = OMPI_SIGNALLED.search(text), OMPI_EXITED.search(text)
+    if ompi_signalled:  # Open MPI's report names the rank itself
+        rank, signum = ompi_signalled.groups()
+        return f"rank {rank} killed by signal {signum} ({signal_name(int(signum))})"
     for line in reversed(lines):
         if any(key in line for key in ("Error", "error:", "--inject-failure", "Exception")):
             return line.strip()
     if who:
         exited = EXIT_CODE.search(text)
         return f"{who} exited with status {exited.group(1) if exited else '?'}"
+    if ompi_exited:
+        return f"rank {ompi_exited.group(1)} exited with status {ompi_exited.group(2)}"
     if code < 0:
         return f"mpiexec killed by signal {-code} ({signal_name(-code)})"
     return lines[-1].strip() if lines else f"(no output; exit status {code})"
