@@ -147,7 +147,8 @@ def conv2d(
         )
     if method == "auto":
         try:
-            oh, ow = check_window(x.shape, tuple(weight.shape[2:]), stride, padding, "conv2d", dilation)
+            kernel, pads = (weight.shape[2], weight.shape[3]), (padding[0], padding[1])
+            oh, ow = check_window(x.shape, kernel, stride, pads, "conv2d", dilation)
         except ValueError:
             oh = ow = 0  # a bad shape: the convolution itself says what is wrong
         method = choose_method(weight.shape, stride, padding, dilation, groups, out_pixels=oh * ow or None)
