@@ -119,8 +119,22 @@ def number_list(flag: str, text: str, kind: type = int) -> list[Any]:
             v = None
         if v is None or not v > 0:
             raise UsageError(f"{flag}: {part.strip()!r} is not a positive {'integer' if kind is int else 'number'}")
+        if not math.isfinite(v):
+            raise UsageError(f"{flag}: {part.strip()!r} is not a finite number")
         values.append(v)
     return values
+
+
+# A node's or a network's factor beyond these gives no cluster, only overflow (a 300-digit step time, NaN rows).
+FACTOR_RANGE = (1e-6, 1e6)
+MAX_LINK_LATENCY = 1.0  # seconds per link: a million times a switch's
+
+
+def in_range(flag: str, value: float, low: float, high: float, what: str) -> float:
+    """``value`` where ``low <= value <= high``; a UsageError naming ``flag`` and the range otherwise."""
+    if not low <= value <= high:
+        raise UsageError(f"{flag}: {value:g} is outside {low:g} .. {high:g} ({what})")
+    return value
 
 
 def node_spec(args: argparse.Namespace) -> NodeSpec:
@@ -132,6 +146,9 @@ def node_spec(args: argparse.Namespace) -> NodeSpec:
     for flag, value in (("--efficiency", eff), ("--sharing", sharing)):
         if value > 1:
             raise UsageError(f"{flag}: {value:g} is above 1 (a fraction of the ideal speed: 0 < s <= 1)")
+    in_range("--core-speed", speed, *FACTOR_RANGE, "a core's speed relative to this machine's")
+    for flag, value in (("--efficiency", eff), ("--sharing", sharing)):
+        in_range(flag, value, FACTOR_RANGE[0], 1, "a fraction of the ideal speed")
     return NodeSpec(ranks, cores, speed, eff, sharing=sharing)
 
 
@@ -144,7 +161,7 @@ def check_task_flags(args: argparse.Namespace) -> None:
         value = getattr(args, name)
         if value is not None and value < 1:
             raise UsageError(f"--{name.replace('_', '-')}: {value} is not a positive integer")
-    if not args.fusion_mb > 0:
+    if not (args.fusion_mb > 0 and math.isfinite(args.fusion_mb)):
         raise UsageError(f"--fusion-mb: {args.fusion_mb} is not a positive number of MiB")
 
 
@@ -152,7 +169,8 @@ def network_options(args: argparse.Namespace) -> dict[str, Any]:
     """The topology and its options, checked: positive numbers, a torus's sides as AxB[xC]."""
     options: dict[str, Any] = {"topology": args.topology}
     if args.oversubscription:
-        (options["oversubscription"],) = number_list("--oversubscription", args.oversubscription, float)
+        (ratio,) = number_list("--oversubscription", args.oversubscription, float)
+        options["oversubscription"] = in_range("--oversubscription", ratio, *FACTOR_RANGE, "downlinks per uplink")
     if args.leaf_size:
         (options["leaf_size"],) = number_list("--leaf-size", args.leaf_size)
     if args.routing:
@@ -166,7 +184,8 @@ def network_options(args: argparse.Namespace) -> dict[str, Any]:
     if args.dims:
         options["dims"] = tuple(number_list("--dims", args.dims.replace("x", ",")))
     if args.link_latency:
-        (options["link_latency"],) = number_list("--link-latency", args.link_latency, float)
+        (latency,) = number_list("--link-latency", args.link_latency, float)
+        options["link_latency"] = in_range("--link-latency", latency, 0, MAX_LINK_LATENCY, "seconds per link")
     return {k: v for k, v in options.items() if v is not None}
 
 

@@ -166,8 +166,11 @@ def described(
     update is negligible; gradients become ready at an even pace through the backward, the output layer's first
     (buckets of ``fusion_bytes`` in the parameter order, the last one ready first).
     """
-    if not (params > 0 and rate > 0 and batch > 0):
-        raise ValueError(f"a described profile needs positive params, rate and batch, got {params}, {rate}, {batch}")
+    if not (0 < params < 1e15 and 0 < rate < 1e15 and batch > 0):  # finite, and a step of at most 2^53 bytes
+        raise ValueError(
+            f"a described profile needs positive finite params, rate and batch (params and rate below 1e15), got "
+            f"{params}, {rate}, {batch}"
+        )
     step = batch / rate
     total = int(params) * bytes_per_param
     per = max(fusion_bytes, 1) if fusion_bytes else total

@@ -9,9 +9,25 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 from minidl.simulate.profile import Profile
 from minidl.simulate.schemes import SCHEMES, Scheme, Variation
+
+# a scheme's own flag: its default, the --parallel schemes it applies to, what it sets (given with none of them
+# it would be ignored in silence: refused, as python -m minidl.train refuses a flag its --parallel mode ignores)
+SCHEME_FLAGS = {
+    "--servers": ("1", ("ps", "ps-async"), "ps, ps-async: server nodes beside the workers"),
+    "--local-steps": ("8", ("local-sgd",), "local-sgd: steps between averages, H"),
+    "--microbatches": ("8", ("pipeline",), "pipeline: microbatches per step, m"),
+    "--schedule": ("1f1b", ("pipeline",), "pipeline schedule"),
+}
+
+
+def setting(args: argparse.Namespace, flag: str) -> str:
+    """The value of a scheme's flag: as given, else its default."""
+    value = getattr(args, flag[2:].replace("-", "_"))
+    return SCHEME_FLAGS[flag][0] if value is None else value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,17 +38,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     s.add_argument("--jitter", help="coefficient of variation of each rank's compute per step (lognormal; default 0)")
     s.add_argument("--straggler", metavar="FRACTION:SLOWDOWN", help="e.g. 0.01:2: 1%% of rank-steps twice as slow")
     s.add_argument("--draws", default="200", help="steps drawn to average the slowest rank over (default 200)")
-    s.add_argument("--servers", default="1", help="ps, ps-async: server nodes beside the workers (default 1)")
-    s.add_argument("--local-steps", default="8", help="local-sgd: steps between averages, H (default 8)")
-    s.add_argument("--microbatches", default="8", help="pipeline: microbatches per step, m (default 8)")
-    s.add_argument("--schedule", default="1f1b", choices=("gpipe", "1f1b"), help="pipeline schedule (default 1f1b)")
+    for flag, (default, _, text) in SCHEME_FLAGS.items():
+        s.add_argument(
+            flag, help=f"{text} (default {default})", **({"choices": ("gpipe", "1f1b")} if "sched" in flag else {})
+        )
 
 
 def _number(flag: str, text: str, kind: type = float) -> float:
     try:
-        return kind(text)
+        value = kind(text)
     except ValueError:
-        raise ValueError(f"{flag}: {text!r} is not a{'n integer' if kind is int else ' number'}") from None
+        value = None
+    if value is None or not math.isfinite(value):
+        raise ValueError(f"{flag}: {text!r} is not a{'n integer' if kind is int else ' finite number'}")
+    return value
 
 
 def variation(args: argparse.Namespace) -> Variation:
@@ -64,12 +83,15 @@ def schemes(args: argparse.Namespace, algorithms: list[str]) -> list[tuple[str, 
     bad = [n for n in names if n not in SCHEMES]
     if bad:
         raise ValueError(f"--parallel: unknown {', '.join(bad)}; known: {', '.join(SCHEMES)}")
+    for flag, (_, uses, _) in SCHEME_FLAGS.items():
+        if getattr(args, flag[2:].replace("-", "_")) is not None and not set(uses) & set(names):
+            raise ValueError(f"{flag} applies only to --parallel {'/'.join(uses)}, not to --parallel {args.parallel}")
     v = variation(args)
     settings = {
-        "servers": int(_number("--servers", args.servers, int)),
-        "local_steps": int(_number("--local-steps", args.local_steps, int)),
-        "microbatches": int(_number("--microbatches", args.microbatches, int)),
-        "schedule": args.schedule,
+        "servers": int(_number("--servers", setting(args, "--servers"), int)),
+        "local_steps": int(_number("--local-steps", setting(args, "--local-steps"), int)),
+        "microbatches": int(_number("--microbatches", setting(args, "--microbatches"), int)),
+        "schedule": setting(args, "--schedule"),
         "overlap": args.overlap,
         "variation": v,
     }
@@ -90,7 +112,7 @@ def describe(args: argparse.Namespace) -> str:
         return ""
     spread = f"jitter CV {v.jitter:g}, stragglers {100 * v.straggler:g}% x {v.slowdown:g}, {v.draws} steps drawn"
     return (
-        f"  schemes {args.parallel} (minidl/simulate/schemes.py; ps: {args.servers} server node(s) beside the "
+        f"  schemes {args.parallel} (minidl/simulate/schemes.py; ps: {setting(args, '--servers')} server node(s) beside the "
         f"workers; pipeline and tensor: one batch split over the nodes, strong scaling); {spread}"
     )
 
