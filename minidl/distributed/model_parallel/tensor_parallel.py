@@ -81,13 +81,14 @@ class _ParallelLinear(Module):
         self,
         in_features: int,
         out_features: int,
-        bias: bool,
-        comm: Any,
-        algorithm: str,
-        check: bool,
-        dtype: Any,
-        dense: Linear | tuple[np.ndarray, np.ndarray | None] | None,
+        bias: bool = True,
+        comm: Any = None,
+        algorithm: str = "ring",
+        check: bool = True,
+        dtype: Any = None,
+        dense: Linear | tuple[np.ndarray, np.ndarray | None] | None = None,
     ):
+        """The options both layers share (a subclass adds its one flag after ``bias``)."""
         super().__init__()
         if in_features < 1 or out_features < 1:
             raise ValueError(f"{type(self).__name__}: features must be >= 1, got in={in_features}, out={out_features}")
@@ -135,20 +136,10 @@ class ColumnParallelLinear(_ParallelLinear):
     style = "column"
 
     def __init__(
-        self,
-        in_features: int,
-        out_features: int,
-        bias: bool = True,
-        gather_output: bool = True,
-        comm: Any = None,
-        algorithm: str = "ring",
-        check: bool = True,
-        dtype: Any = None,
-        dense: Linear | tuple[np.ndarray, np.ndarray | None] | None = None,
-    ):
-        super().__init__(in_features, out_features, bias, comm, algorithm, check, dtype, dense)
-        self.gather_output = gather_output
-        self.out_range = shard_range(out_features, self.rank, self.world)
+        self, in_features: int, out_features: int, bias: bool = True, gather_output: bool = True, *args, **kwargs
+    ):  # then comm, algorithm, check, dtype, dense: _ParallelLinear's
+        super().__init__(in_features, out_features, bias, *args, **kwargs)
+        self.gather_output, self.out_range = gather_output, shard_range(out_features, self.rank, self.world)
 
     def forward(self, x: Tensor) -> Tensor:
         x = copy_to_parallel_region(x, self.comm, self.algorithm, self.check)
@@ -168,20 +159,10 @@ class RowParallelLinear(_ParallelLinear):
     style = "row"
 
     def __init__(
-        self,
-        in_features: int,
-        out_features: int,
-        bias: bool = True,
-        input_is_parallel: bool = True,
-        comm: Any = None,
-        algorithm: str = "ring",
-        check: bool = True,
-        dtype: Any = None,
-        dense: Linear | tuple[np.ndarray, np.ndarray | None] | None = None,
-    ):
-        super().__init__(in_features, out_features, bias, comm, algorithm, check, dtype, dense)
-        self.input_is_parallel = input_is_parallel
-        self.in_range = shard_range(in_features, self.rank, self.world)
+        self, in_features: int, out_features: int, bias: bool = True, input_is_parallel: bool = True, *args, **kwargs
+    ):  # then comm, algorithm, check, dtype, dense: _ParallelLinear's
+        super().__init__(in_features, out_features, bias, *args, **kwargs)
+        self.input_is_parallel, self.in_range = input_is_parallel, shard_range(in_features, self.rank, self.world)
 
     def forward(self, x: Tensor) -> Tensor:
         if not self.input_is_parallel:
