@@ -2,7 +2,7 @@
 
 A case is small and printable: the world size p, the rank layout, the element count n, dtype, op,
 root, value range and a seed. Every rank's arrays are made from (seed, world rank) alone
-(``rank_data``), so hypothesis shrinks p, n, dtype and op, never megabytes of drawn floats, and any
+(``rank_data``), so shrinking changes p, n, dtype and op, never megabytes of drawn floats, and any
 process (an MPI rank, the report) can rebuild any rank's input.
 
 The domain is the one where collectives break (UCC's and MPICH's test suites, and the classic

@@ -1,8 +1,8 @@
 """Checkers of exercises 3 to 5: a ring allreduce, a binomial-tree broadcast, recursive doubling for any p.
 
 First a run at p = 3 (so that an unwritten function says "not implemented yet"), then the property-test
-kit (``collectives.testing.check``: ranks 1..12, sizes, dtypes, ops, roots and rank layouts drawn by
-hypothesis, a failure shrunk to the smallest case and shown with its messages), then the algorithm's
+kit (``collectives.testing.check``: ranks 1..12, sizes, dtypes, ops, roots and rank layouts drawn by the
+kit's own seeded search, a failure shrunk to the smallest case and shown with its messages), then the algorithm's
 own cost, counted from the in-process ranks' record of messages: a correct allreduce that is not a ring
 is not the exercise's answer.
 """
@@ -20,7 +20,7 @@ import collectives
 from collectives.testing import PropertyFailure, check
 from minidl.exercises.core import Broke, canonical, first_failure
 
-# hypothesis examples per tier; tests/test_exercises.py lowers them to stay fast
+# the kit's drawn examples per tier; tests/test_exercises.py lowers them to stay fast
 EXAMPLES = {"check": 60, "submit": 250}
 MAX_RANKS = 12
 CASE_TIMEOUT = 5.0  # seconds one case may run (a correct ring at p = 12, n = 10^5 takes 0.2 s): a sleep fails fast
