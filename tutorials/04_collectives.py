@@ -501,6 +501,69 @@ except PropertyFailure as failure:
 # doubling, checked by this same kit.
 
 # %% [markdown]
+# ## 13. Grading a class
+#
+# A course hands out its own template, `def ring(send, recv, comm, op)`: the input, an output buffer
+# to fill, the communicator, and a Python function that combines two arrays; it promises float64 sums
+# with at least as many elements as ranks. `--signature` and the contract options tell the kit so,
+# and `--grade DIR` judges a whole folder of submissions, each in a process of its own with a time
+# and a memory limit, so that a file that hangs, crashes or does not even import is a verdict, not
+# the end of the run. Here are four: the rank-order ring above in the course's signature, the
+# running-sum bug, a ring that sends before it receives, and one with a syntax error.
+
+# %%
+RANK_ORDER = """import numpy as np
+
+
+def ring(send, recv, comm, op):
+    r, p = comm.Get_rank(), comm.Get_size()
+    vectors, passing = {r: send}, send
+    for step in range(1, p):
+        incoming = np.empty_like(send)
+        comm.Sendrecv(passing, (r + 1) % p, 0, incoming, (r - 1) % p, 0)
+        vectors[(r - step) % p] = passing = incoming
+    acc = vectors[0]
+    for source in range(1, p):  # rank order, the same on every rank
+        acc = op(acc, vectors[source])
+    recv[:] = acc
+"""
+submissions = {
+    "ana.py": RANK_ORDER,
+    "ben.py": RANK_ORDER.replace("vectors[(r - step) % p] = passing = incoming",
+                                 "vectors[(r - step) % p] = incoming\n        passing = send + incoming"),
+    "carl.py": RANK_ORDER.replace("comm.Sendrecv(passing, (r + 1) % p, 0, incoming, (r - 1) % p, 0)",
+                                  "comm.Send(passing, (r + 1) % p)\n        comm.Recv(incoming, (r - 1) % p)"),
+    "dora.py": RANK_ORDER.replace("def ring(send, recv, comm, op):", "def ring(send, recv, comm, op)"),
+}  # fmt: skip
+hw3 = tutorial.out_dir() / "hw3"
+shutil.rmtree(hw3, ignore_errors=True)
+hw3.mkdir()
+for name, source in submissions.items():
+    (hw3 / name).write_text(source)
+grade = [sys.executable, "-m", "collectives.check", "--grade", str(hw3), "--function", "ring"]
+grade += ["--signature", "send,recv,comm,op", "--dtypes", "float64", "--ops", "sum", "--min-n", "p"]
+grade += ["--examples", "10" if QUICK else "100", "--seed", "1", "--timeout", "120"]
+grade += ["--json", str(tutorial.out_dir() / "04_grades.json")]
+print(subprocess.run(grade, capture_output=True, text=True, timeout=900).stdout)
+
+# %% [markdown]
+# Ben's ring passes on `send + incoming`, its own vector plus what arrived: right at p = 2, where there
+# is one step, and wrong from p = 3 (the smallest case says so). Carl's deadlocks under synchronous
+# sends, as it would under MPI for long messages. Dora's never imports. Each full report is in
+# `tutorials/out/hw3-reports/`, and the JSON holds the same rows for a gradebook:
+
+# %%
+import json  # noqa: E402
+
+for row in json.loads((tutorial.out_dir() / "04_grades.json").read_text()):
+    print(f"{row['submission']:6} passed={row['passed']!s:5} {row['property'][:40]:40} {row['case'][:40]}")
+
+# %% [markdown]
+# [Checking an assignment you already give](../docs/assignments.md) explains the roles, the contract
+# options (and why the kit's default is the full contract), the limits and every verdict;
+# `python -m minidl.exercises grade DIR NAME` grades a class's copies of one of minidl's exercises.
+
+# %% [markdown]
 # ## What to take away
 # - Naive is linear in p in every term; the tree fixes the latency, the ring the bandwidth;
 #   Rabenseifner gets the ring's bandwidth with the tree's number of rounds.

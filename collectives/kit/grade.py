@@ -13,7 +13,7 @@ same options, in a child process of its own (``run_isolated``):
   default 4096 MB of address space: ``resource.setrlimit`` in the child, with no core files and at most
   256 MB written to any file); each case of the check has its own ``--case-timeout`` (default 20 s, the
   kit's, at most a quarter of the wall limit), after which the kit reports 'completes' failed;
-- its output (stdout and stderr together) kept up to ``--cap`` bytes (default 1 MB); past ten times that
+- its output (stdout and stderr together) kept up to ``--cap`` bytes (default 256 KiB); past ten times that
   the child is ended and graded as a flood;
 - in its own session, so that the whole process group is ended at the limit.
 
@@ -62,6 +62,7 @@ from pathlib import Path
 import collectives
 
 MB = 2**20
+CAP = 256 * 1024  # bytes of a submission's output kept: a failure's report is 5-20 KB
 FLOOD_FACTOR = 10  # output past this many times the cap ends the child
 
 
@@ -92,7 +93,7 @@ def run_isolated(
     *,
     timeout: float,
     memory_mb: int = 4096,
-    cap: int = MB,
+    cap: int = CAP,
     cwd: str | Path | None = None,
     env: dict[str, str] | None = None,
     file_mb: int = 256,
@@ -296,7 +297,7 @@ def grading_options(ap: argparse.ArgumentParser, what: str) -> None:
     ap.add_argument("--file", default=None, help="in a submission that is a folder, the file to check")
     ap.add_argument("--timeout", type=float, default=300.0, help=f"seconds {what} may run in all (default 300)")
     ap.add_argument("--memory", type=int, default=4096, help="MB of address space a submission may use (default 4096)")
-    ap.add_argument("--cap", type=int, default=MB, help="bytes of a submission's output kept (default 1 MB)")
+    ap.add_argument("--cap", type=int, default=CAP, help="bytes of a submission's output kept (default 256 KiB)")
     ap.add_argument("--reports", default=None, help="where each full report goes (default: DIR-reports beside DIR)")
     ap.add_argument("--json", default=None, help="write the rows as JSON here")
     ap.add_argument("--csv", default=None, help="write the rows as CSV here")
