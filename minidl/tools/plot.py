@@ -17,16 +17,35 @@ from typing import Any
 
 
 def read_log(path: str) -> list[dict[str, Any]]:
-    """The JSON records of ``path``, one per line; a ValueError naming the line that is not one."""
-    records = []
-    with open(path) as f:
+    """The JSON records (objects) of ``path``, one per line. Lines that are not one (a last line cut short by a full
+    disk or a killed run, a resumed run's first record written after it, a JSON array) are left out with one
+    warning that names them: what is complete is plotted. A ValueError where no line is a record."""
+    records, bad = [], []
+    with open(path, errors="replace") as f:
         for number, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    records.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}, line {number}: not a JSON record ({e.msg})") from None
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as e:
+                bad.append((number, "cut short" if not line.endswith("\n") else f"not JSON: {e.msg}"))
+                continue
+            if isinstance(record, dict):
+                records.append(record)
+            else:
+                bad.append((number, f"a JSON {type(record).__name__}, not a record"))
+    if bad and not records:
+        raise ValueError(f"line {bad[0][0]}: {bad[0][1]}: no line is a JSON record (is it a --log-json file?)")
+    if bad:
+        named = "; ".join(f"line {n}: {why}" for n, why in bad[:3]) + ("; ..." if len(bad) > 3 else "")
+        warn(
+            f"{path}: left out {len(bad)} line(s) that are not complete JSON records ({named}); plotting the other {len(records)}"
+        )
     return records
+
+
+def warn(message: str) -> None:
+    print(f"python -m minidl.plot: warning: {message}", file=sys.stderr)
 
 
 def curves(records: list[dict[str, Any]]) -> tuple[str, dict[str, list[tuple[float, float, float]]]]:
