@@ -23,10 +23,10 @@ was measured with ``benchmarks/cnn.py --layers``):
                                                                             itself, or a subsample)
     stride 1, no dilation, one group, padding < kernel,       "implicit"   (conv_implicit.py: shifted
       K = C*kh*kw < 1024                                                    products, no im2col copy)
-    strided, no dilation, one group, K < 1024                 "polyphase"  (conv_polyphase.py: stride-1
+    strided, no dilation, one group, K < 1024, kernel <= 3x3  "polyphase"  (conv_polyphase.py: stride-1
                                                                             convolutions over the phases)
     anything else (K >= 1024, dilation, groups, a 1x1 kernel  "gemm"       (conv_gemm.py: one product over
-      on a small map)                                                       the whole batch)
+      on a small map, a strided kernel above 3x3)                           the whole batch)
 
 So every 3x3 layer of ResNet-20 (K = 144 to 576) runs "implicit" (stride 1) or "polyphase" (stride 2),
 the deep 3x3 layers of a ResNet-50 run "gemm", and the im2col code above runs by default only for the
@@ -96,13 +96,14 @@ def choose_method(weight_shape, stride, padding, dilation, groups, out_pixels: i
     (ResNet-20's 3x3 stride-2: 12.9 against 17.9 ms by "gemm", measured), "gemm" otherwise (deep layers,
     dilation, groups, and 1x1 kernels on small maps: there im2col's one small product per image reads the
     whole weight N times; ResNet-50's 1x1 512 -> 2048 at 2x2, batch 32: 11.5 against 86 ms, at 7x7, batch 8:
-    24 against 36 ms; equal at 14x14)."""
+    24 against 36 ms; equal at 14x14; and strided kernels above 3x3: ResNet-50's 7x7 stride-2 stem at 224x224,
+    batch 8: 121 against 499 ms by "polyphase")."""
     o, cg, kh, kw = weight_shape
     if kh * kw == 1 and groups == 1:
         return "gemm" if out_pixels is not None and out_pixels < GEMM_MAX_PIXELS_1X1 else "im2col"
     if implicit_applies(weight_shape, stride, padding, dilation, groups) and cg * kh * kw < GEMM_MIN_DEPTH:
         return "implicit"
-    if dilation == (1, 1) and groups == 1 and cg * kh * kw < GEMM_MIN_DEPTH:
+    if dilation == (1, 1) and groups == 1 and cg * kh * kw < GEMM_MIN_DEPTH and kh * kw <= 9:
         return "polyphase"
     return "gemm"
 
