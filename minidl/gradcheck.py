@@ -85,7 +85,7 @@ class _Problem:
                 raise TypeError(f"gradcheck: wrt names non-float input(s) {bad}; only float inputs have gradients")
         self.values = {i: _as_float64(self.inputs[i]) for i in self.checked}
         self.names = {i: _name(self.inputs[i], i) for i in self.checked}
-        self.rng = np.random.default_rng(seed)
+        self.rng, self.seed, self.eps = np.random.default_rng(seed), seed, 1e-6  # gradcheck sets its eps
         with no_grad():
             ys = _outputs(self.call(self.values, grad=False))
         self.weights = [self.rng.standard_normal(y.shape) for y in ys]
@@ -138,14 +138,42 @@ class _Problem:
         minus = self.loss({**self.values, i: x - eps * step})
         return (plus - minus) / (2 * eps)
 
+    def per_output(self, i: int, step: np.ndarray, eps: float) -> list[tuple[float, float]]:
+        """(analytic, numeric) of each output's own term sum(y_k * R_k) of L along ``step`` of input i: which of
+        fn's outputs carries a disagreement (one backward pass and two evaluations per output)."""
+        x, pairs = self.values[i], []
+        for k, r in enumerate(self.weights):
+            ys = _outputs(self.call(self.values, grad=True))
+            if ys[k].requires_grad:
+                ys[k].backward(r.astype(ys[k].dtype))
+            g = self.last_args[i].grad
+            analytic = 0.0 if g is None else float(np.sum(np.asarray(g, dtype=np.float64) * step))
+            with no_grad():
+                plus, minus = (
+                    _outputs(self.call({**self.values, i: x + sign * eps * step}, grad=False))[k] for sign in (1, -1)
+                )
+            numeric = float(np.sum((plus.data.astype(np.float64) - minus.data.astype(np.float64)) * r)) / (2 * eps)
+            pairs.append((analytic, numeric))
+        return pairs
+
 
 def _mismatch(
-    p: _Problem, i: int, index: Any, analytic: float, numeric: float, atol: float, rtol: float, what: str
+    p: _Problem, i: int, index: Any, analytic: float, numeric: float, atol: float, rtol: float, what: str, step: Any
 ) -> GradcheckError:
+    """The error: which input (and index) and which of fn's outputs disagree, with the weights that were used."""
+    pairs = p.per_output(i, step, p.eps)
+    wrong = [k for k, (a, n) in enumerate(pairs) if not _close(a, n, atol, rtol)] or list(range(len(pairs)))
+    shapes = [w.shape for w in p.weights]
+    if len(pairs) == 1:
+        through = f"fn's output (shape {shapes[0]})"
+    else:
+        through = f"fn's output {' and '.join(f'{k} (shape {shapes[k]})' for k in wrong)} of {len(pairs)}"
     msg = (
-        f"gradcheck failed for {_describe(p.names[i], i)}, shape {p.values[i].shape}, {what}: "
+        f"gradcheck failed for {_describe(p.names[i], i)}, shape {p.values[i].shape}, {what}, through {through}: "
         f"analytic {analytic:.10g}, numeric {numeric:.10g}, difference {abs(analytic - numeric):.3g} "
-        f"> atol {atol:g} + rtol {rtol:g} * |numeric|"
+        f"> atol {atol:g} + rtol {rtol:g} * |numeric|; gradcheck weights each output with random numbers R "
+        f"(standard normal, seed {p.seed}) and compares the derivatives of sum(output * R): these numbers are that "
+        "weighted sum's, not the output's own"
     )
     return GradcheckError(msg, input_index=i, input_name=p.names[i], index=index, analytic=analytic, numeric=numeric)
 
@@ -189,6 +217,7 @@ def gradcheck(
     set_default_dtype(np.float64)
     try:
         p = _Problem(fn, inputs, wrt, seed)
+        p.eps = eps  # a failure's search for the output that disagrees steps as the check did
         grads = p.analytic()
         # (a) one random direction per input: cheap at any size.
         failure = None
@@ -200,7 +229,7 @@ def gradcheck(
             numeric = p.central_difference(i, d, eps)
             analytic = float(np.sum(grads[i] * d))
             if failure is None and not _close(analytic, numeric, atol, rtol):
-                failure = _mismatch(p, i, "direction", analytic, numeric, atol, rtol, "along a random direction")
+                failure = _mismatch(p, i, "direction", analytic, numeric, atol, rtol, "along a random direction", d)
         # (b) every element, for small inputs: a failure then names the exact index.
         if sum(p.values[i].size for i in p.checked) <= max_elementwise:
             for i in p.checked:
@@ -211,7 +240,7 @@ def gradcheck(
                     numeric = p.central_difference(i, e, eps)
                     analytic = float(grads[i][index])
                     if not _close(analytic, numeric, atol, rtol):
-                        raise _mismatch(p, i, index, analytic, numeric, atol, rtol, f"at index {index}")
+                        raise _mismatch(p, i, index, analytic, numeric, atol, rtol, f"at index {index}", e)
         if failure is not None:
             raise failure
         return True
