@@ -3,28 +3,14 @@
 from __future__ import annotations
 
 from minidl.nn.module import Module
-from minidl.ops.activation import (
-    celu,
-    elu,
-    gelu,
-    hardswish,
-    leaky_relu,
-    mish,
-    relu,
-    relu6,
-    sigmoid,
-    silu,
-    softplus,
-    softsign,
-    tanh,
-)
+from minidl.ops import activation as ops
+from minidl.ops.activation import *  # noqa: F403  (the functional forms, re-exported)
 from minidl.tensor import Tensor
 
 __all__ = [
     "CELU", "ELU", "GELU", "Hardswish", "LeakyReLU", "Mish", "ReLU", "ReLU6", "SiLU", "Sigmoid", "Softplus",
     "Softsign", "Tanh",
-    "celu", "elu", "gelu", "hardswish", "leaky_relu", "mish", "relu", "relu6", "sigmoid", "silu", "softplus",
-    "softsign", "tanh",
+    *ops.__all__,
 ]  # fmt: skip
 
 
@@ -41,7 +27,7 @@ class ReLU(Module):
         _no_inplace("ReLU", inplace)
 
     def forward(self, x: Tensor) -> Tensor:
-        return relu(x)
+        return ops.relu(x)
 
 
 class ReLU6(Module):
@@ -52,19 +38,19 @@ class ReLU6(Module):
         _no_inplace("ReLU6", inplace)
 
     def forward(self, x: Tensor) -> Tensor:
-        return relu6(x)
+        return ops.relu6(x)
 
 
 class Tanh(Module):
     def forward(self, x: Tensor) -> Tensor:
-        return tanh(x)
+        return ops.tanh(x)
 
 
 class Sigmoid(Module):
     """1 / (1 + exp(-x)) elementwise."""
 
     def forward(self, x: Tensor) -> Tensor:
-        return sigmoid(x)
+        return ops.sigmoid(x)
 
 
 class LeakyReLU(Module):
@@ -74,7 +60,7 @@ class LeakyReLU(Module):
         self.negative_slope = negative_slope
 
     def forward(self, x: Tensor) -> Tensor:
-        return leaky_relu(x, self.negative_slope)
+        return ops.leaky_relu(x, self.negative_slope)
 
     def extra_repr(self) -> str:
         return f"negative_slope={self.negative_slope}"
@@ -87,7 +73,7 @@ class ELU(Module):
         self.alpha = alpha
 
     def forward(self, x: Tensor) -> Tensor:
-        return elu(x, self.alpha)
+        return ops.elu(x, self.alpha)
 
     def extra_repr(self) -> str:
         return f"alpha={self.alpha}"
@@ -104,7 +90,7 @@ class CELU(Module):
         self.alpha = alpha
 
     def forward(self, x: Tensor) -> Tensor:
-        return celu(x, self.alpha)
+        return ops.celu(x, self.alpha)
 
     def extra_repr(self) -> str:
         return f"alpha={self.alpha}"
@@ -114,7 +100,7 @@ class Softsign(Module):
     """x / (1 + |x|) elementwise."""
 
     def forward(self, x: Tensor) -> Tensor:
-        return softsign(x)
+        return ops.softsign(x)
 
 
 class GELU(Module):
@@ -127,7 +113,7 @@ class GELU(Module):
         self.approximate = approximate
 
     def forward(self, x: Tensor) -> Tensor:
-        return gelu(x, self.approximate)
+        return ops.gelu(x, self.approximate)
 
     def extra_repr(self) -> str:
         return f"approximate={self.approximate!r}"
@@ -139,7 +125,7 @@ class Softplus(Module):
         self.beta, self.threshold = beta, threshold
 
     def forward(self, x: Tensor) -> Tensor:
-        return softplus(x, self.beta, self.threshold)
+        return ops.softplus(x, self.beta, self.threshold)
 
     def extra_repr(self) -> str:
         return f"beta={self.beta}, threshold={self.threshold}"
@@ -153,7 +139,7 @@ class SiLU(Module):
         _no_inplace("SiLU", inplace)
 
     def forward(self, x: Tensor) -> Tensor:
-        return silu(x)
+        return ops.silu(x)
 
 
 class Hardswish(Module):
@@ -162,7 +148,7 @@ class Hardswish(Module):
         _no_inplace("Hardswish", inplace)
 
     def forward(self, x: Tensor) -> Tensor:
-        return hardswish(x)
+        return ops.hardswish(x)
 
 
 class Mish(Module):
@@ -171,4 +157,4 @@ class Mish(Module):
         _no_inplace("Mish", inplace)
 
     def forward(self, x: Tensor) -> Tensor:
-        return mish(x)
+        return ops.mish(x)

@@ -5,22 +5,6 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-# layers' functional forms, each defined beside its module in minidl/nn/ (re-exported as F.conv2d, ...)
-from minidl.nn.activation import (  # noqa: F401
-    celu,
-    elu,
-    gelu,
-    hardswish,
-    leaky_relu,
-    mish,
-    relu,
-    relu6,
-    sigmoid,
-    silu,
-    softplus,
-    softsign,
-    tanh,
-)
 from minidl.nn.container import flatten  # noqa: F401
 from minidl.nn.conv import conv2d  # noqa: F401
 from minidl.nn.dropout import dropout  # noqa: F401
@@ -29,6 +13,9 @@ from minidl.nn.linear import linear  # noqa: F401
 from minidl.nn.norm import batch_norm  # noqa: F401
 from minidl.nn.pooling import adaptive_avg_pool2d, avg_pool2d, global_avg_pool2d, max_pool2d  # noqa: F401
 from minidl.ops import log_softmax, logsumexp, softmax  # noqa: F401  (re-exported as F.softmax, ...)
+
+# layers' functional forms, each defined beside its module in minidl/nn/ (re-exported as F.conv2d, ...)
+from minidl.ops.activation import *  # noqa: F403  (relu, gelu, ...: ops/activation.py's __all__)
 from minidl.ops.loss import BinaryCrossEntropyWithLogits, CrossEntropy, NLLLoss, check_reduction
 from minidl.tensor import Tensor, tensor
 

@@ -8,6 +8,8 @@ comparisons (no gradient), linear algebra, and the fused losses. Tensor's method
 
 from __future__ import annotations
 
+from minidl.ops import activation as _activation
+from minidl.ops.activation import *  # noqa: F403  (relu, gelu, ...: ops/activation.py's __all__)
 from minidl.ops.activation import (
     ELU,
     GELU,
@@ -21,19 +23,6 @@ from minidl.ops.activation import (
     Softplus,
     Softsign,
     Tanh,
-    celu,
-    elu,
-    gelu,
-    hardswish,
-    leaky_relu,
-    mish,
-    relu,
-    relu6,
-    sigmoid,
-    silu,
-    softplus,
-    softsign,
-    tanh,
 )
 from minidl.ops.compare import argmax, argmin, eq, ge, gt, le, lt, ne
 from minidl.ops.elementwise import Add, Cast, Div, Mul, Neg, Pow, Sub, add, div, mul, pow, sub
@@ -103,11 +92,12 @@ __all__ = [
     "LeakyReLU", "Log", "Log2", "LogSoftmax", "LogSumExp", "MatMul", "Max", "Maximum", "Mean", "Min", "Minimum",
     "Mish", "Mul", "Neg", "Pad", "Pow", "ReLU", "ReLU6", "Reshape", "SiLU", "Sigmoid", "Sign", "Sin", "Softmax", "Softplus", "Softsign",
     "Split", "Sqrt", "Stack", "Std", "Sub", "Sum", "Tan", "Tanh", "Transpose", "Triangle", "Var", "Where",
-    # functional forms
-    "abs", "add", "amax", "amin", "argmax", "argmin", "broadcast_to", "cat", "ceil", "celu", "clamp", "clip", "concatenate",
-    "cos", "cumsum", "div", "elu", "eq", "exp", "flatten", "flip", "floor", "ge", "gelu", "gt", "hardswish",
-    "index_arg", "le", "leaky_relu", "log", "log2", "log_softmax", "logsumexp", "lt", "matmul", "maximum", "mean",
-    "minimum", "mish", "mul", "ne", "pad", "pow", "relu", "relu6", "reshape", "shape_arg", "sigmoid", "sign", "silu", "sin",
-    "softmax", "softplus", "softsign", "split", "sqrt", "squeeze", "stack", "std", "sub", "sum", "tan", "tanh", "transpose", "tril",
+    # functional forms (and the activations', ops/activation.py's __all__)
+    *_activation.__all__,
+    "abs", "add", "amax", "amin", "argmax", "argmin", "broadcast_to", "cat", "ceil", "clamp", "clip", "concatenate",
+    "cos", "cumsum", "div", "eq", "exp", "flatten", "flip", "floor", "ge", "gt",
+    "index_arg", "le", "log", "log2", "log_softmax", "logsumexp", "lt", "matmul", "maximum", "mean",
+    "minimum", "mul", "ne", "pad", "pow", "reshape", "shape_arg", "sign", "sin",
+    "softmax", "split", "sqrt", "squeeze", "stack", "std", "sub", "sum", "tan", "transpose", "tril",
     "triu", "unsqueeze", "var", "where", "write_in_place",
 ]  # fmt: skip

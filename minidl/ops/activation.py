@@ -250,3 +250,11 @@ def hardswish(x: Any) -> Tensor:
 
 def mish(x: Any) -> Tensor:
     return Mish.apply(x)
+
+
+# The functional forms: what ``from minidl.ops.activation import *`` gives, and so what minidl.ops, nn.activation
+# and nn.functional re-export (this list is the only one)
+__all__ = [
+    "celu", "elu", "gelu", "hardswish", "leaky_relu", "mish", "relu", "relu6", "sigmoid", "silu", "softplus",
+    "softsign", "tanh",
+]  # fmt: skip
