@@ -227,74 +227,99 @@ def _writes_buffer(case: Case, r: int) -> tuple[str, ...]:
     return ("x",) if case.inplace else ()
 
 
+def _calls(*extra: str) -> Callable[..., Any]:
+    """The call ``fn(comm, x, *extra)``, each extra one of f (the ufunc), root, b (the v-collectives' offsets)."""
+
+    def call(fn: Any, comm: Any, a: Arrays, case: Case, q: int, r: int, f: Any) -> Any:
+        given = {"f": f, "root": case.root % q}
+        if "b" in extra:
+            given["b"] = bounds_of(counts(case, q))
+        return fn(comm, a["x"], *[given[name] for name in extra])
+
+    return call
+
+
+# -- each collective's answer for rank r of a group whose arrays are xs -------------------------------
+def _all_reduced(case: Case, xs: list[Arrays], r: int) -> Expected:
+    return reduced(case, xs)
+
+
+def _reduced_on_root(case: Case, xs: list[Arrays], r: int) -> Expected | None:
+    return _on_root(case, xs, r, lambda: reduced(case, xs))
+
+
+def _roots_buffer(case: Case, xs: list[Arrays], r: int) -> Expected:
+    return Expected(xs[_root(case, xs)]["x"])
+
+
+def _block_of_reduced(case: Case, xs: list[Arrays], r: int) -> Expected:
+    return sliced(reduced(case, xs), block_bounds(case.n, len(xs)), r)
+
+
+def _vblock_of_reduced(case: Case, xs: list[Arrays], r: int) -> Expected:
+    return sliced(reduced(case, xs), bounds_of(counts(case, len(xs))), r)
+
+
+def _all_concat(case: Case, xs: list[Arrays], r: int) -> Expected:
+    return concat(xs)
+
+
+def _concat_on_root(case: Case, xs: list[Arrays], r: int) -> Expected | None:
+    return _on_root(case, xs, r, lambda: concat(xs))
+
+
+def _block_of_roots(case: Case, xs: list[Arrays], r: int) -> Expected:
+    return Expected(xs[_root(case, xs)]["x"][r * case.n : (r + 1) * case.n])
+
+
+def _vblock_of_roots(case: Case, xs: list[Arrays], r: int) -> Expected:
+    return sliced(Expected(xs[_root(case, xs)]["x"]), bounds_of(counts(case, len(xs))), r)
+
+
+def _blocks_for_me(case: Case, xs: list[Arrays], r: int) -> Expected:
+    return Expected(np.concatenate([a["x"][r * case.n : (r + 1) * case.n] for a in xs]))
+
+
+def _prefix(case: Case, xs: list[Arrays], r: int) -> Expected:
+    return reduced(case, xs, 0, r + 1)
+
+
+def _exclusive_prefix(case: Case, xs: list[Arrays], r: int) -> Expected | None:
+    return reduced(case, xs, 0, r) if r > 0 else None  # rank 0: MPI leaves it undefined
+
+
+def _blocks_to_all(case: Case, q: int, r: int, w: int) -> Arrays:
+    return {"x": data(case, w, q * case.n)}
+
+
+def _writes(*names: str) -> Callable[[Case, int], tuple[str, ...]]:
+    return lambda case, r: names
+
+
 def _table() -> dict[str, Collective]:
-    eq = block_bounds
     specs = [
-        Collective(
-            "allreduce", "fn(comm, x, f)", own, _allreduce, lambda c, xs, r: reduced(c, xs),
-            reduces=True, same_bits=True, inplace="fn(comm, buf, f)", outputs=_writes_buffer,
-        ),
-        Collective(
-            "reduce", "fn(comm, x, f, root)", own,
-            lambda fn, comm, a, c, q, r, f: fn(comm, a["x"], f, c.root % q),
-            lambda c, xs, r: _on_root(c, xs, r, lambda: reduced(c, xs)), reduces=True, rooted=True,
-        ),
-        Collective(
-            "broadcast", "fn(comm, buf, root)", own, _broadcast,
-            lambda c, xs, r: Expected(xs[_root(c, xs)]["x"]), rooted=True, same_bits=True,
-            outputs=lambda c, r: ("x",),  # the root's buf is checked apart: it must not change
-        ),
-        Collective(
-            "reduce_scatter", "fn(comm, x, f)", own, lambda fn, comm, a, c, q, r, f: fn(comm, a["x"], f),
-            lambda c, xs, r: sliced(reduced(c, xs), eq(c.n, len(xs)), r), reduces=True,
-        ),
-        Collective(
-            "reduce_scatterv", "fn(comm, x, f, b)", _vtotal,
-            lambda fn, comm, a, c, q, r, f: fn(comm, a["x"], f, bounds_of(counts(c, q))),
-            lambda c, xs, r: sliced(reduced(c, xs), bounds_of(counts(c, len(xs))), r), reduces=True,
-        ),
-        Collective(
-            "allgather", "fn(comm, x)", _allgather_make, _allgather, lambda c, xs, r: concat(xs),
-            same_bits=True, inplace="fn(comm, buf, b)", outputs=lambda c, r: ("buf",),
-        ),
-        Collective(
-            "allgatherv", "fn(comm, x, b)", _vmake,
-            lambda fn, comm, a, c, q, r, f: fn(comm, a["x"], bounds_of(counts(c, q))),
-            lambda c, xs, r: concat(xs), same_bits=True,
-        ),
-        Collective(
-            "gather", "fn(comm, x, root)", own, lambda fn, comm, a, c, q, r, f: fn(comm, a["x"], c.root % q),
-            lambda c, xs, r: _on_root(c, xs, r, lambda: concat(xs)), rooted=True,
-        ),
-        Collective(
-            "gatherv", "fn(comm, x, b, root)", _vmake,
-            lambda fn, comm, a, c, q, r, f: fn(comm, a["x"], bounds_of(counts(c, q)), c.root % q),
-            lambda c, xs, r: _on_root(c, xs, r, lambda: concat(xs)), rooted=True,
-        ),
-        Collective(
-            "scatter", "fn(comm, x, out, root)", _scatter_make, _scatter,
-            lambda c, xs, r: Expected(xs[_root(c, xs)]["x"][r * c.n : (r + 1) * c.n]), rooted=True,
-            outputs=lambda c, r: ("out",),
-        ),
-        Collective(
-            "scatterv", "fn(comm, x, out, b, root)", _scatterv_make, _scatter,
-            lambda c, xs, r: sliced(Expected(xs[_root(c, xs)]["x"]), bounds_of(counts(c, len(xs))), r),
-            rooted=True, outputs=lambda c, r: ("out",),
-        ),
-        Collective(
-            "alltoall", "fn(comm, x)", lambda c, q, r, w: {"x": data(c, w, q * c.n)},
-            lambda fn, comm, a, c, q, r, f: fn(comm, a["x"]),
-            lambda c, xs, r: Expected(np.concatenate([a["x"][r * c.n : (r + 1) * c.n] for a in xs])),
-        ),
+        Collective("allreduce", "fn(comm, x, f)", own, _allreduce, _all_reduced, reduces=True, same_bits=True,
+                   inplace="fn(comm, buf, f)", outputs=_writes_buffer),
+        Collective("reduce", "fn(comm, x, f, root)", own, _calls("f", "root"), _reduced_on_root, reduces=True,
+                   rooted=True),
+        Collective("broadcast", "fn(comm, buf, root)", own, _broadcast, _roots_buffer, rooted=True, same_bits=True,
+                   outputs=_writes("x")),  # the root's buf is checked apart: it must not change
+        Collective("reduce_scatter", "fn(comm, x, f)", own, _calls("f"), _block_of_reduced, reduces=True),
+        Collective("reduce_scatterv", "fn(comm, x, f, b)", _vtotal, _calls("f", "b"), _vblock_of_reduced,
+                   reduces=True),
+        Collective("allgather", "fn(comm, x)", _allgather_make, _allgather, _all_concat, same_bits=True,
+                   inplace="fn(comm, buf, b)", outputs=_writes("buf")),
+        Collective("allgatherv", "fn(comm, x, b)", _vmake, _calls("b"), _all_concat, same_bits=True),
+        Collective("gather", "fn(comm, x, root)", own, _calls("root"), _concat_on_root, rooted=True),
+        Collective("gatherv", "fn(comm, x, b, root)", _vmake, _calls("b", "root"), _concat_on_root, rooted=True),
+        Collective("scatter", "fn(comm, x, out, root)", _scatter_make, _scatter, _block_of_roots, rooted=True,
+                   outputs=_writes("out")),
+        Collective("scatterv", "fn(comm, x, out, b, root)", _scatterv_make, _scatter, _vblock_of_roots, rooted=True,
+                   outputs=_writes("out")),
+        Collective("alltoall", "fn(comm, x)", _blocks_to_all, _calls(), _blocks_for_me),
         Collective("alltoallv", "fn(comm, x, sb, rb)", _alltoallv_make, _alltoallv, _alltoallv_expect),
-        Collective(
-            "scan", "fn(comm, x, f)", own, lambda fn, comm, a, c, q, r, f: fn(comm, a["x"], f),
-            lambda c, xs, r: reduced(c, xs, 0, r + 1), reduces=True,
-        ),
-        Collective(
-            "exscan", "fn(comm, x, f)", own, lambda fn, comm, a, c, q, r, f: fn(comm, a["x"], f),
-            lambda c, xs, r: reduced(c, xs, 0, r) if r > 0 else None, reduces=True,
-        ),
+        Collective("scan", "fn(comm, x, f)", own, _calls("f"), _prefix, reduces=True),
+        Collective("exscan", "fn(comm, x, f)", own, _calls("f"), _exclusive_prefix, reduces=True),
     ]  # fmt: skip
     return {s.name: s for s in specs}
 
