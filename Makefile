@@ -18,7 +18,28 @@ MPIEXEC := $(BIN)/mpiexec
 # A hung MPI job must not hang CI: each mpiexec run has a wall-clock limit.
 MPI_TIMEOUT ?= 900
 
-.PHONY: install test test-serial test-mpi tutorials notebooks demo bench lint torch test-openmpi clean docs docs-check docs-install
+.PHONY: help install test test-serial test-mpi tutorials notebooks demo bench lint torch test-openmpi clean docs docs-check docs-install
+
+# `make` alone lists the targets (the first one it meets is `help`); tests/test_make_help.py holds the list to the
+# targets this file defines.
+.DEFAULT_GOAL := help
+help:
+	@echo "make TARGET, one of:"
+	@echo "  install       .venv with NumPy, mpi4py and the mpich wheel (the targets that need it run it first)"
+	@echo "  demo          the LSTM language model trained data-parallel under mpiexec -n NP (default 2: NP=4 make demo)"
+	@echo "  test          every test: test-serial, test-mpi, tutorials, notebooks (what CI runs)"
+	@echo "  test-serial   the tests of one process (pytest tests, tests/mpi left out)"
+	@echo "  test-mpi      tests/mpi under mpiexec -n 2, 3, 4 and 5"
+	@echo "  tutorials     every tutorial as a script, in quick mode"
+	@echo "  notebooks     every tutorial as a Jupyter notebook, executed (tutorials/notebooks/)"
+	@echo "  docs          the book: README, docs/ and the executed tutorials in site/ (open site/index.html)"
+	@echo "  docs-install  the book's packages (mkdocs-material, mkdocs-jupyter) into .venv"
+	@echo "  docs-check    every page of site/ in headless Chromium: links, images, cells that raised"
+	@echo "  bench         speed and scaling benchmarks, each beside its comparison"
+	@echo "  torch         PyTorch CPU into .venv: the tests' and benchmarks' parity oracle"
+	@echo "  lint          ruff check, ruff format --check and mypy"
+	@echo "  test-openmpi  tests/mpi under Open MPI instead of MPICH (.venv-openmpi)"
+	@echo "  clean         remove .venv, .venv-openmpi and everything built"
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
