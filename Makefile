@@ -20,7 +20,7 @@ MPI_TIMEOUT ?= 900
 
 .PHONY: help install test test-serial test-mpi tutorials notebooks demo bench lint torch test-openmpi clean docs docs-check docs-install
 
-# `make` alone lists the targets (the first one it meets is `help`); tests/test_make_help.py holds the list to the
+# `make` alone lists the targets (.DEFAULT_GOAL); tests/test_make_help.py holds the list to the
 # targets this file defines.
 .DEFAULT_GOAL := help
 help:
