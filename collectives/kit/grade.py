@@ -38,7 +38,8 @@ A progress line per submission with an ETA, then a table (submission, verdict, f
 smallest case, seconds). Each submission's full output is saved in ``--reports`` (default: a folder
 ``DIR-reports`` beside DIR) as NAME.txt, with the failure's space-time diagram as NAME.png. ``--json``
 and ``--csv`` write the same rows for a gradebook: submission, verdict, passed, property, case, seconds,
-report, cpu_seconds. Exit status 0 when every submission was graded (whatever the verdicts), 2 on a usage error.
+report, cpu_seconds. Exit status 0 when every submission was graded (whatever the verdicts), 2 on a usage error,
+130 after Ctrl-C (which ends the submission's process too; the table has the submissions graded before it).
 """
 
 from __future__ import annotations
@@ -126,6 +127,10 @@ def run_isolated(
         timed_out = not flooded.is_set()
         _end(proc)
         proc.wait()
+    except BaseException:  # Ctrl-C reaches only this process (the child has its own session): end the child too
+        _end(proc)
+        proc.wait()
+        raise
     reader.join(timeout=5)
     ended = timed_out or flooded.is_set()
     return Finished(
@@ -225,34 +230,45 @@ def grade_folder(
     cap: int,
     file: str | None = None,
     out: Callable[[str], None] = print,
-) -> list[Row]:
+) -> tuple[list[Row], bool]:
     """Run ``command(path, report_stem)`` for every submission of ``folder``, each under ``run_isolated``;
-    save each output in ``reports``; print a progress line with an ETA per submission."""
+    save each output in ``reports``; print a progress line with an ETA per submission. Returns the rows
+    and whether every submission was graded (False: Ctrl-C ended the run, the rows are those before it)."""
     todo = submissions(folder, file, skip=[reports])
     reports.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([_root(), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
     rows: list[Row] = []
     start = time.perf_counter()
     for k, (name, path) in enumerate(todo, start=1):
-        stem = reports / name
-        report = stem.with_suffix(".txt")
-        if isinstance(path, str):
-            row = Row(name, "not loaded", False, path, "", 0.0, "")
-        else:
-            cmd = command(path.resolve(), stem.resolve())
-            done = run_isolated(cmd, timeout=timeout, memory_mb=memory_mb, cap=cap, cwd=path.parent, env=env)
-            verdict_, prop, case = verdict(done)
-            prop = prop.replace(f"{path.parent.resolve()}{os.sep}", "")  # the student's file by its own name
-            cut = f"\n[{done.dropped} more bytes of output not kept]\n" if done.dropped else ""
-            report.write_text(f"$ {' '.join(cmd)}\n{done.output}{cut}")
-            row = Row(name, verdict_, verdict_ == "passed", prop, case, round(done.seconds, 2), str(report),
-                      round(done.cpu_seconds, 2))  # fmt: skip
-        rows.append(row)
+        try:
+            rows.append(_grade_one(name, path, reports, command, verdict, timeout, memory_mb, cap, env))
+        except KeyboardInterrupt:
+            out(f"interrupted at {name}: the table of the {k - 1} graded so far")
+            return rows, False
+        row = rows[-1]
         elapsed = time.perf_counter() - start
         eta = elapsed / k * (len(todo) - k)
         what = f"{row.verdict}" + (f" ({_short(row.property)})" if row.property else "")
         out(f"[{k}/{len(todo)}] {name}: {what}, {row.seconds:.1f} s | {100 * k // len(todo)}% ETA {_clock(eta)}")
-    return rows
+    return rows, True
+
+
+def _grade_one(name: str, path: Path | str, reports: Path, command: Callable[[Path, Path], list[str]],
+               verdict: Callable[[Finished], tuple[str, str, str]], timeout: float, memory_mb: int, cap: int,
+               env: dict[str, str]) -> Row:  # fmt: skip
+    """One submission's row: its check run under the limits, its output saved beside the others."""
+    if isinstance(path, str):
+        return Row(name, "not loaded", False, path, "", 0.0, "")
+    stem = reports / name
+    cmd = command(path.resolve(), stem.resolve())
+    done = run_isolated(cmd, timeout=timeout, memory_mb=memory_mb, cap=cap, cwd=path.parent, env=env)
+    verdict_, prop, case = verdict(done)
+    prop = prop.replace(f"{path.parent.resolve()}{os.sep}", "")  # the student's file by its own name
+    cut = f"\n[{done.dropped} more bytes of output not kept]\n" if done.dropped else ""
+    report = stem.with_suffix(".txt")
+    report.write_text(f"$ {' '.join(cmd)}\n{done.output}{cut}")
+    seconds, cpu = round(done.seconds, 2), round(done.cpu_seconds, 2)
+    return Row(name, verdict_, verdict_ == "passed", prop, case, seconds, str(report), cpu)
 
 
 def _root() -> str:
@@ -319,11 +335,13 @@ def checked_grading(args: argparse.Namespace, ap: argparse.ArgumentParser) -> tu
     return folder, reports
 
 
-def finish(rows: Sequence[Row], args: argparse.Namespace, reports: Path) -> int:
+def finish(graded: tuple[list[Row], bool], args: argparse.Namespace, reports: Path) -> int:
+    """The table, the reports' folder, the JSON and CSV; 0, or 130 after a Ctrl-C (the rows graded before it)."""
+    rows, complete = graded
     print(table(rows))
     print(f"full reports in {reports}/")
     save(rows, args.json, args.csv)
-    return 0
+    return 0 if complete else 130
 
 
 # -- the kit's grading run: python -m collectives.check --grade DIR ---------------------------------------
@@ -379,6 +397,6 @@ def main(argv: Sequence[str]) -> int:
         return judge(done, kit_passed, kit_failure, kit_usage, f"{args.timeout:g} s")
 
     print(f"grading {folder}/: {args.collective} as {function}(...), {args.timeout:g} s and {args.memory} MB each")
-    rows = grade_folder(folder, command, verdict, reports, timeout=args.timeout, memory_mb=args.memory,
-                        cap=args.cap, file=args.file)  # fmt: skip
-    return finish(rows, args, reports)
+    graded = grade_folder(folder, command, verdict, reports, timeout=args.timeout, memory_mb=args.memory,
+                          cap=args.cap, file=args.file)  # fmt: skip
+    return finish(graded, args, reports)

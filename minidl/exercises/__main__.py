@@ -194,11 +194,11 @@ def _grade(ex: Exercise, args: argparse.Namespace, parser: argparse.ArgumentPars
     seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
     limits = f"{args.timeout:g} s"
     print(f"grading {folder}/: exercise {ex.name}, --submit with seed {seed}, {limits} and {args.memory} MB each")
-    rows = grade_folder(
+    graded = grade_folder(
         folder, lambda path, stem: _child(ex, path, True, seed), lambda done: _judge(ex, True, done, limits), reports,
         timeout=args.timeout, memory_mb=args.memory, cap=args.cap, file=args.file,
     )  # fmt: skip
-    return finish(rows, args, reports)
+    return finish(graded, args, reports)
 
 
 if __name__ == "__main__":
