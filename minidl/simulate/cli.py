@@ -27,7 +27,7 @@ from typing import Any
 
 from collectives import cost
 from collectives.cost import get_params, load_params
-from collectives.virtual_time.network import known_networks
+from collectives.virtual_time.network import get_link, known_networks
 from collectives.virtual_time.trace import check_memory, events_estimate
 from minidl.simulate import scheme_flags
 from minidl.simulate.network import ALGORITHMS, allreduce_time
@@ -366,10 +366,19 @@ def run(args: argparse.Namespace) -> list[Row]:
     return rows
 
 
+def link_text(network: str, c: Any) -> str:
+    """The link between nodes of ``network`` as the simulation uses it: the cost model's (crossbar: the defaults or
+    --params), or a preset's own (its alpha and bandwidth; --params then is the link within a node)."""
+    if network == "crossbar":
+        return f"crossbar links: alpha {1e6 * c.alpha:.2f} us, beta {1e9 * c.beta:.4f} ns/B"
+    link = get_link(network)
+    return f"{network} links: alpha {1e6 * link.alpha:.3g} us, {link.bandwidth / 1e9:.3g} GB/s (the preset's own)"
+
+
 def describe_model(profile: Profile, node: NodeSpec, args: argparse.Namespace, params: Any) -> str:
     c = params or get_params()
-    cost = f"alpha {1e6 * c.alpha:.2f} us, beta {1e9 * c.beta:.4f} ns/B, gamma {1e9 * c.gamma:.4f} ns/B"
-    cost = f"{cost} from {args.params}" if params else f"crossbar links: {cost}; presets: their own links"
+    links = "; ".join(link_text(n.strip(), c) for n in args.network.split(","))
+    cost = f"{links}; gamma {1e9 * c.gamma:.4f} ns/B" + (f" (alpha, beta, gamma from {args.params})" if params else "")
     mode = "buckets allreduced as they become ready (--overlap)" if args.overlap else "allreduces after the backward"
     return "\n".join(
         [
