@@ -168,9 +168,8 @@ def grade_class(args: argparse.Namespace) -> None:
     agree, correct_wall, correct_cpu = 0, [], []
     for r in rows:
         source, verdict, prop = key[r["submission"]]
-        ok = r["passed"] == (verdict == "correct") and (
-            not prop or {r["property"], r["verdict"]} & set(prop.split("|"))
-        )
+        named = not prop or bool({r["property"], r["verdict"]} & set(prop.split("|")))
+        ok = r["passed"] == (verdict == "correct") and named
         agree += ok
         if verdict == "correct" and r["passed"]:
             correct_wall.append(r["seconds"])

@@ -149,3 +149,9 @@ def test_ctrl_c_ends_the_submission_too_and_prints_the_table_so_far(tmp_path):
     time.sleep(0.5)
     with pytest.raises(ProcessLookupError):  # the sleeping submission was ended with the run
         os.kill(int(pid_file.read_text()), 0)
+
+
+def test_grade_help_names_its_options_and_sends_the_rest_to_the_check(capsys):
+    assert main(["--grade", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert all(o in out for o in ("--function", "--file", "--timeout", "--memory", "--json", "--csv", "--signature"))

@@ -372,12 +372,19 @@ def main(argv: Sequence[str]) -> int:
     from collectives.check import parse
     from collectives.kit.spec import COLLECTIVES
 
-    ap = argparse.ArgumentParser(prog="python -m collectives.check --grade", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m collectives.check --grade", description=__doc__.split("\n\n")[0],
+        epilog="Any other option (--signature, --dtypes, --ops, --min-n, --examples, --seed, ...) goes to every "
+        "submission's check: python -m collectives.check --help lists them.",
+    )  # fmt: skip
     ap.add_argument("--grade", required=True, metavar="DIR", help="the folder of submissions")
     ap.add_argument("--collective", default="allreduce", choices=list(COLLECTIVES), help="default: allreduce")
     ap.add_argument("--function", default=None, help="the function each file defines (default: the collective's name)")
     ap.add_argument("--case-timeout", type=float, default=20.0, help="seconds one case may run (default 20)")
     grading_options(ap, "one submission's check")
+    if "-h" in argv or "--help" in argv:
+        ap.print_help()
+        return 0
     args, passed_on = ap.parse_known_args(argv)
     folder, reports = checked_grading(args, ap)
     if "--mpi" in passed_on:
