@@ -32,9 +32,9 @@ EXIT_INTERRUPTED = 128 + signal.SIGINT
 
 def free_memory() -> int:
     """Bytes of memory available to new processes (Linux's MemAvailable; unknown elsewhere: no limit)."""
-    from collectives.virtual_time.trace import _available_memory
+    from collectives.virtual_time.trace import available_memory
 
-    return _available_memory()
+    return available_memory()
 
 
 def machine_sizes(p: int, cores: int, memory: int) -> list[int]:

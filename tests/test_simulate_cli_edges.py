@@ -54,13 +54,23 @@ def test_bad_values_name_the_flag(capsys, flag, value, words):
 @pytest.mark.parametrize(
     "nodes,algorithm,words",
     [
-        ("100000000", "ring", "--nodes 100000000: trace: ring on p=100000000 ranks needs about"),
+        ("1000000000", "tree", "--nodes 1000000000: tree on 1000000000 ranks needs about 1117.6 GiB of traces"),
         ("1000000", "tree", "--nodes 1000000: about 3000 s of simulation here (the longest part: tree on 1000000"),
-        ("4096", "ring", "--nodes 4096: about 671 s of simulation here (the longest part: ring on 4096 ranks)"),
+        ("100000000", "ring", "--nodes 100000000: about 600009994 s of simulation here (the longest part: ring on"),
     ],
 )
 def test_huge_node_counts_are_refused_with_an_estimate(capsys, nodes, algorithm, words):
     assert words in one_line_error(capsys, ["lm", *DESCRIBED, "--nodes", nodes, "--allreduce", algorithm])
+
+
+@pytest.mark.parametrize("algorithm,ranks", [("ring", 1), ("hierarchical", 8), ("hierarchical_rs", 8)])
+def test_what_runs_by_rounds_in_seconds_is_not_refused(algorithm, ranks):
+    """Issue 35: a ring on 4,096 nodes (1.1 s by rounds) was refused as 671 s of traces, and 1,024 nodes of 8 ranks
+    as 75 GiB of them; the estimate now comes from the engine that will run (replay.simulation_estimate)."""
+    nodes = 4096 // ranks
+    seconds, memory = cli.simulation_estimate(algorithm, nodes * ranks, 4_000_000, ranks, limit=cli.MAX_SECONDS)
+    assert seconds < 10 and memory < 2**20  # by rounds: no trace of every rank (the leaders' tree: one node's)
+    cli.check_size([1, nodes], [algorithm], 1, cli.NodeSpec(ranks), [4_000_000, 8])
 
 
 def test_a_long_simulation_is_announced(capsys, monkeypatch):

@@ -240,9 +240,15 @@ ROUNDS_FROM = 64  # from this p on, allreduce_time replays lockstep schedules by
 
 
 @functools.lru_cache(maxsize=64)
+def _symmetric(algorithm: str, p: int, nbytes: int, dtype: str, check: bool) -> Schedule | None:
+    """symmetric_schedule, kept: simulation_estimate asks for it before the run that then uses it."""
+    return symmetric_schedule(algorithm, p, nbytes, dtype=dtype, check=check)
+
+
+@functools.lru_cache(maxsize=64)
 def _schedule(algorithm: str, p: int, nbytes: int, dtype: str, check: bool) -> Schedule | None:
     """The lockstep rounds of the call (from rank 0's trace when the ranks are its relabellings), or None."""
-    schedule = symmetric_schedule(algorithm, p, nbytes, dtype=dtype, check=check)
+    schedule = _symmetric(algorithm, p, nbytes, dtype, check)
     if schedule is not None:
         return schedule
     try:
@@ -363,3 +369,58 @@ def _time(algorithm, p, nbytes, network, params, dtype, check, engine, options) 
             raise NotLockstep(f"allreduce_time: {algorithm} on p={p} is not lockstep: use engine='events'")
     traces = _traces(*key)
     return _Engine(traces, net.fabric(int(p))).replay().time
+
+
+# What a simulation costs here, measured on the development machine (2 shared cores, so on the slow side): the
+# event engine traces and replays ~1.5e5 events a second (a ring on 1,024 ranks, 6.3e6 events: 40 s), and any
+# algorithm costs ~3 ms a rank beyond that (a tree on 20,000 ranks: 58 s); the rounds engine ~5e-5 s a round
+# plus 3e-8 s a rank and round (a ring on 4,096 ranks, 8,190 rounds: 1.3 s), plus the max-min sharing of each
+# pattern of peers, up to ~2e-5 s a rank on a torus (recursive doubling on 16x16x16: 12 patterns, 0.8 s).
+EVENTS_PER_SECOND = 1.5e5
+SECONDS_PER_RANK = 3e-3
+ROUND_SECONDS, RANK_ROUND_SECONDS, PATTERN_RANK_SECONDS = 5e-5, 3e-8, 2e-5
+
+
+def simulation_estimate(
+    algorithm: str, p: int, nbytes: int, ranks_per_node: int = 1, dtype: Any = np.float32, limit: float = np.inf
+) -> tuple[float, int]:
+    """(seconds, bytes of traces) that ``allreduce_time(algorithm, p, nbytes, <named network>,
+    ranks_per_node=...)`` will take here, from the engine it will use, as allreduce_time chooses it:
+
+    - from p = ROUNDS_FROM on, a schedule that is rank 0's relabelled (or rotating: ring, hierarchical_rs) is
+      replayed by rounds: rounds x (ROUND_SECONDS + p RANK_ROUND_SECONDS) + patterns x p PATTERN_RANK_SECONDS,
+      and no trace but a sample's is kept (finding the schedule traces rank 0 and a few others, and is kept for
+      the run);
+    - "hierarchical" on nodes of k > 1 ranks is the tree inside a node plus the ring among p / k leaders;
+    - anything else traces every rank and replays the events: events_estimate / EVENTS_PER_SECOND, or p x
+      SECONDS_PER_RANK if more, and holds EVENT_BYTES an event;
+    - "auto" is every algorithm of cost.ALGORITHMS (the most it can take: it skips those that cannot win).
+
+    An estimate by rounds above ``limit`` seconds is returned as it is, without tracing the sample.
+    """
+    from collectives.cost import ALGORITHMS
+    from collectives.virtual_time.trace import EVENT_BYTES, events_estimate
+
+    if p < 2:
+        return 0.0, 0
+    if algorithm == "auto":
+        parts = [simulation_estimate(a, p, nbytes, ranks_per_node, dtype, limit) for a in ALGORITHMS]
+        return sum(s for s, _ in parts), max(b for _, b in parts)
+    name = f"{algorithm}:{ranks_per_node}" if algorithm in ("hierarchical", "hierarchical_rs") else algorithm
+    events = events_estimate(name, p)
+    traced = max(events / EVENTS_PER_SECOND, p * SECONDS_PER_RANK), events * EVENT_BYTES
+    if p < ROUNDS_FROM:
+        return traced
+    if algorithm == "hierarchical" and ranks_per_node > 1:
+        inside = simulation_estimate("tree", ranks_per_node, nbytes, 1, dtype, limit)
+        leaders = simulation_estimate("ring", p // ranks_per_node, nbytes, 1, dtype, limit)
+        return inside[0] + leaders[0], max(inside[1], leaders[1])
+    rounds = max(1, events // (3 * p))  # events_estimate counts 3 a message: rounds of one message a rank
+    by_rounds = rounds * (ROUND_SECONDS + p * RANK_ROUND_SECONDS)
+    if by_rounds > min(traced[0], limit):  # even by rounds too long: no sample traced to see if it is lockstep
+        return traced if by_rounds > traced[0] else (by_rounds, 0)
+    schedule = _symmetric(name, p, 4 * -(-int(nbytes) // 4), np.dtype(dtype).str, False)
+    if schedule is None:
+        return traced
+    patterns = len(np.unique(schedule.dst[:, 0])) if schedule.relabel is not None else schedule.rounds
+    return by_rounds + patterns * p * PATTERN_RANK_SECONDS, 0

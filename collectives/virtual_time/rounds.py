@@ -57,7 +57,7 @@ class Schedule:
     reduced: np.ndarray  # bytes each rank reduces after the round
     relabel: Callable | None = None
     blocks: np.ndarray | None = None  # ring_schedule's (p,) bytes of each block
-    size_of: Callable[[int, np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None
+    size_of: Callable[[Any, np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None
 
     @property
     def rounds(self) -> int:
@@ -72,8 +72,7 @@ class Schedule:
         if self.size_of is None:
             sent, reduced = self.nbytes[:, column], self.reduced[:, column]
         else:
-            sizes = [self.size_of(k, np.array([rank])) for k in range(self.rounds)]
-            sent, reduced = (np.array([s[i][0] for s in sizes], dtype=np.int64) for i in (0, 1))
+            sent, reduced = self.size_of(np.arange(self.rounds), np.full(self.rounds, rank))
         return np.stack([dst, src, sent, reduced], axis=1)
 
     def sizes(self, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -190,13 +189,22 @@ def ring_shifts(q: int) -> tuple[np.ndarray, np.ndarray]:
 
 def _rotating(table: np.ndarray, send: np.ndarray, reduced: np.ndarray, row_of: Callable, col_of: Callable) -> Callable:
     """size_of for blocks that rotate with the rank: rank r's block in round k is table[row_of(r), (col_of(r) +
-    shift_k) mod C] for table (R, C) of bytes, the shifts ``send`` and ``reduced`` (-1: nothing reduced)."""
-    columns = table.shape[1]
+    shift_k) mod C] for table (R, C) of bytes, the shifts ``send`` and ``reduced`` (-1: nothing reduced).
 
-    def size_of(k: int, ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        row, col = row_of(ranks), col_of(ranks)
-        sent = table[row, (col + send[k]) % columns]
-        return sent, table[row, (col + reduced[k]) % columns] if reduced[k] >= 0 else np.zeros_like(sent)
+    k and the ranks broadcast together: (round, all ranks) for the replay, (all rounds, one rank) for ``matches``.
+    """
+    columns = table.shape[1]
+    send, reduced = (shifts if shifts.size else np.array([fill]) for shifts, fill in ((send, 0), (reduced, -1)))
+
+    def size_of(k: Any, ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        flat = table[0] if table.shape[0] == 1 else None  # one row: 1-D indexing, the ring's (the faster)
+        row, col = (None if flat is not None else row_of(ranks)), col_of(ranks)
+        pick = (lambda c: flat[c]) if flat is not None else (lambda c: table[row, c])
+        k = np.minimum(k, send.size - 1)  # a ring of one rank has no rounds: nothing asks for them
+        sent = pick((col + send[k]) % columns)
+        if np.ndim(k) == 0 and reduced[k] < 0:
+            return sent, np.zeros_like(sent)
+        return sent, np.where(reduced[k] >= 0, pick((col + reduced[k]) % columns), 0)
 
     return size_of
 
@@ -221,12 +229,11 @@ def node_ring_schedule(p: int, k: int, nbytes: int, dtype: Any = np.float32) -> 
     cross = _rotating(across * itemsize, s_x, r_x, lambda r: r % k, lambda r: r // k)
     first, middle = k - 1, 2 * (nodes - 1)  # rounds: reduce-scatter inside, allreduce across, allgather inside
 
-    def size_of(t: int, ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        if t < first:
-            return local(t, ranks)
-        if t < first + middle:
-            return cross(t - first, ranks)
-        return local(t - middle, ranks)
+    def size_of(t: Any, ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        across = (t >= first) & (t < first + middle)
+        inside = local(np.where(t < first, t, np.maximum(t - middle, 0)), ranks)
+        other = cross(np.clip(t - first, 0, None), ranks)
+        return np.where(across, other[0], inside[0]), np.where(across, other[1], inside[1])
 
     dst = np.array([1 % k] * first + [k % p] * middle + [1 % k] * first, dtype=np.int64)[:, None]
     src = np.array([k - 1] * first + [(nodes - 1) * k] * middle + [k - 1] * first, dtype=np.int64)[:, None]

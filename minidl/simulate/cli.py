@@ -11,9 +11,10 @@ saved or described profile (``--profile``); a node description (``--cores-per-no
 ``--efficiency``, ``--ranks-per-node``) scales it; each gradient bucket's allreduce costs what the network
 simulator says (``collectives.allreduce_time``). Weak scaling: the batch per rank is fixed.
 
-Before it simulates, the tool estimates the memory and time the traces will take (a ring on p ranks traces
-6 p^2 events): a run that cannot fit, or would take more than ten minutes, is refused with the estimate; one of
-more than ten seconds is announced.
+Before it simulates, the tool estimates the memory and time from the engine each allreduce will use
+(``collectives.virtual_time.replay.simulation_estimate``: lockstep schedules by rounds from p = 64 on, every
+rank's traces otherwise, where a ring on p ranks traces 6 p^2 events): a run that cannot fit, or would take
+more than ten minutes, is refused with the estimate; one of more than ten seconds is announced.
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ import sys
 from dataclasses import replace
 from typing import Any
 
-from collectives import cost
 from collectives.cost import get_params, load_params
 from collectives.virtual_time.network import get_link, known_networks
-from collectives.virtual_time.trace import check_memory, events_estimate
+from collectives.virtual_time.replay import simulation_estimate
+from collectives.virtual_time.trace import available_memory
 from minidl.simulate import scheme_flags
 from minidl.simulate.network import ALGORITHMS, allreduce_time
 from minidl.simulate.node import NodeSpec
@@ -199,32 +200,32 @@ def check_torus(nodes: list[int], options: dict[str, Any]) -> None:
         raise UsageError(f"--nodes {others[0]}: --dims {options['dims']} holds {holds} nodes (give --nodes {holds})")
 
 
-# the simulation's speed here (measured): a ring traces and replays ~1.5e5 events/s (1,024 ranks, 6.3e6 events:
-# 40 s); any algorithm costs ~3 ms a rank beyond that (tree: 20,000 ranks 58 s, 40,000 ranks 120 s; 0.6 ms at
-# powers of two, 65,536 ranks 39 s). The estimate takes the larger of the two, so it errs on the slow side.
-EVENTS_PER_SECOND = 1.5e5
-SECONDS_PER_RANK = 3e-3
 MAX_SECONDS = 600.0  # a simulation estimated to take longer is refused, with the estimate
 TELL_SECONDS = 10.0  # one estimated to take longer is announced on stderr before it starts
 
 
-def check_size(nodes: list[int], algorithms: list[str], networks: int, node: NodeSpec, buckets: int) -> None:
-    """Estimate the simulation's time from the events it traces (collectives' events_estimate: ~3 a message, the
-    ring's 6 p^2) and its ranks: refuse what would not fit in memory or would take longer than MAX_SECONDS,
-    announce what takes a while."""
-    names = sorted({name for a in algorithms for name in (cost.ALGORITHMS if a == "auto" else (a,))})
-    largest = max(nodes) * node.ranks_per_node
-    try:
-        for name in names:
-            check_memory(name, largest)
-    except MemoryError as e:
-        raise UsageError(f"--nodes {max(nodes)}: {e}") from None
-    seconds, slowest = 0.0, (0.0, "", 0)
-    for name in names:
+def check_size(nodes: list[int], algorithms: list[str], networks: int, node: NodeSpec, buckets: list[int]) -> None:
+    """Estimate the simulation's time and memory from the engine each allreduce will use (simulation_estimate:
+    rounds for lockstep schedules from p = 64 on, events on every rank's traces otherwise), for each bucket size
+    and network: refuse what would not fit in memory or would take longer than MAX_SECONDS, announce what takes
+    a while."""
+    seconds, slowest, largest = 0.0, (0.0, "", 0), (0, "", 0)
+    node_aware = ("hierarchical", "hierarchical_rs") if node.ranks_per_node > 1 else ()  # what auto tries as well
+    for name in dict.fromkeys(n for a in algorithms for n in ((a, *node_aware) if a == "auto" else (a,))):
         for p in (n * node.ranks_per_node for n in nodes if n * node.ranks_per_node > 1):
-            t = max(events_estimate(name, p) / EVENTS_PER_SECOND, p * SECONDS_PER_RANK) * networks * max(buckets, 1)
-            seconds += t
-            slowest = max(slowest, (t, name, p))
+            for nbytes in sorted(set(buckets)) or [4]:
+                try:
+                    t, memory = simulation_estimate(name, p, nbytes, node.ranks_per_node, limit=MAX_SECONDS)
+                except MemoryError as e:  # tracing the sample that says whether it runs by rounds
+                    raise UsageError(f"--nodes {max(nodes)}: {e}") from None
+                seconds += t * networks
+                slowest, largest = max(slowest, (t * networks, name, p)), max(largest, (memory, name, p))
+    available = available_memory()
+    if largest[0] > available:
+        raise UsageError(
+            f"--nodes {max(nodes)}: {largest[1]} on {largest[2]} ranks needs about {largest[0] / 2**30:.1f} GiB of "
+            f"traces, more than the {available / 2**30:.1f} GiB available: give fewer nodes"
+        )
     what = f"about {seconds:.{0 if seconds >= 10 else 1}f} s of simulation here (the longest part: {slowest[1]} on {slowest[2]} ranks)"
     if seconds > MAX_SECONDS:
         hint = " (or an algorithm with fewer messages than the ring's p^2: tree, recursive_doubling)"
@@ -346,7 +347,7 @@ def run(args: argparse.Namespace) -> list[Row]:
         scheme_flags.check_profile(chosen, profile)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    check_size(nodes, algorithms, len(networks), node, len(profile.buckets))
+    check_size(nodes, algorithms, len(networks), node, [b.nbytes for b in profile.buckets])
     if args.save_profile:
         profile.save(args.save_profile)
     rows = [
