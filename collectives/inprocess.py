@@ -164,6 +164,7 @@ class Request:
         self.sent: np.ndarray | None = None  # a nonblocking send's bytes as they were at the post
         self.obj: Any = None  # an object message's (deep-copied) object
         self.objects = False  # an object (lower-case) call
+        self.itemsize = 1  # a receive's element size: a message of another type may not fill whole elements
 
     # -- MPI's names -----------------------------------------------------------------------------
     def Wait(self, status: Status | None = None) -> bool:
@@ -308,6 +309,13 @@ def _fill(status: Status | None, request: Request) -> None:
         status.source, status.tag, status.count = source, request.message.tag, request.message.nbytes
 
 
+def element_size(buf: Any) -> int:
+    """The size of one element of a buffer or buffer spec: its datatype's, or its array's itemsize."""
+    if isinstance(buf, (list, tuple)) and buf:
+        return _itemsize(buf[-1])
+    return buf.itemsize if isinstance(buf, np.ndarray) else 1
+
+
 def _as_bytes(buf: Any, writable: bool, what: str) -> np.ndarray:
     """A flat uint8 view of a contiguous buffer (no copy); mpi4py's ``[buf, datatype]`` and
     ``[buf, count, datatype]`` (or ``[buf, (count, displacement), datatype]``) specs select their bytes."""
@@ -446,6 +454,8 @@ class _World:
                 )
             else:
                 recv.buf[:n] = data
+                if n % recv.itemsize:
+                    self.violations.append(type_mismatch(recv.owner, n, recv.itemsize, send.owner, recv.where))
         recv.message = send.message
         send.done = recv.done = True
         self.wakeup[send.owner].notify()
@@ -574,6 +584,16 @@ class _World:
                 self._detect_deadlock()
 
 
+def type_mismatch(rank: int, nbytes: int, itemsize: int, source: int, where: str) -> Violation:
+    """A message that does not fill whole elements of the receive: the sender sent another type."""
+    return Violation(
+        "truncation", rank,
+        f"rank {rank} received {nbytes} bytes from rank {source} into elements of {itemsize} bytes: the types of "
+        "the send and the receive differ (MPI requires them to match; MPICH aborts the job)",
+        where,
+    )  # fmt: skip
+
+
 def _matches(recv: Any, send: Request) -> bool:
     return recv.context == send.context and recv.peer in (send.owner, ANY_SOURCE) and recv.tag in (send.tag, ANY_TAG)
 
@@ -623,15 +643,16 @@ class SimulatedComm:
     def Irecv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG, _call: str = "Irecv") -> Request:
         self._check_peer(source, _call, any_ok=True)
         data = _as_bytes(buf, writable=True, what=_call)
-        return self._post("recv", _call, source, tag, data)
+        return self._post("recv", _call, source, tag, data, itemsize=element_size(buf))
 
     def Issend(self, buf: Any, dest: int, tag: int = 0) -> Request:
         return self.Isend(buf, dest, tag, _call="Issend")
 
     def _post(self, kind: str, call: str, peer: int, tag: int, data: Any, snapshot: bool = False, obj: Any = None,
-              objects: bool = False) -> Request:  # fmt: skip
+              objects: bool = False, itemsize: int = 1) -> Request:  # fmt: skip
         request = Request(self._world, self._rank, kind, call, self._world_rank(peer), tag, data, self._context)
         request.group, request.where, request.objects = self._group, caller(), objects
+        request.itemsize = itemsize
         if objects and kind == "send":
             request.obj = copy.deepcopy(obj)  # the receiver gets its own copy, as pickle-and-load would give
         if peer == PROC_NULL:  # MPI: completes at once, moves nothing

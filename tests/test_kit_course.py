@@ -161,6 +161,18 @@ ERRORS = {
             for _ in range(size - 1):
                 comm.Sendrecv(recv, (rank + 1) % size, 0, tmp, (rank - 1) % size, 0)
         """,
+    "truncation-by-type": """
+        import numpy as np
+        from mpi4py import MPI
+        def allreduce(send, recv, comm, op):
+            rank, size = comm.Get_rank(), comm.Get_size()
+            recv[:] = send
+            tmp = np.empty_like(send)
+            for _ in range(size - 1):  # float32 sent, float64 received: MPICH asserts and aborts the job
+                comm.Sendrecv([send.astype(np.float32), MPI.FLOAT], (rank + 1) % size, 0,
+                              [tmp, MPI.DOUBLE], (rank - 1) % size, 0)
+                recv[:] = op(recv, tmp)
+        """,
     "no-aliasing": """
         def allreduce(send, recv, comm, op):
             rank, size = comm.Get_rank(), comm.Get_size()
@@ -203,6 +215,7 @@ def test_each_mpi_error_is_named_at_the_students_line(tmp_path, prop):
     with pytest.raises(PropertyFailure) as info:
         check(load(path, "allreduce"), signature="send,recv,comm,op", dtypes=["float64"], ops=["sum"], diagram="")
     failure = info.value
+    prop = prop.removesuffix("-by-type")
     assert failure.property == prop, str(failure)
     first = str(failure).splitlines()[1]
     assert first.startswith(f"  {prop}:") and f"{path}:" in first and "collectives/" not in first, first

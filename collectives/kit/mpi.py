@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from collectives.common import OPS
-from collectives.inprocess import Violation, caller
+from collectives.inprocess import Violation, _as_bytes, caller, element_size, type_mismatch
 from collectives.kit import roles as signature_roles
 from collectives.kit.cases import Case, groups, ops_for, split_args
 from collectives.kit.namespace import ModuleCopies
@@ -45,7 +45,6 @@ from collectives.kit.report import describe_failure, step_table
 from collectives.kit.run import MPI_ERRORS, PROPERTIES, Outcome, _check, _order, _raised, _shape_problem
 from collectives.kit.search import Domain, draw, shrink
 from collectives.kit.spec import COLLECTIVES, wrong
-from collectives.loc import _raw  # a structured array (maxloc's pairs) travels as its bytes
 
 POLL_S = 2e-4  # between two tests of a pending call: short next to a message, long next to a Test
 REPEATS = 3  # runs of a found case under MPI that tell a steady failure from an intermittent one
@@ -123,6 +122,7 @@ class Req:
     def __init__(self, watch: Watch, request: Any, call: str, buf: Any = None, recv: Callable[[], Any] | None = None):
         self.watch, self.request, self.call, self.where = watch, request, call, caller()
         self.buf = _array(buf)
+        self.itemsize = element_size(buf) if call in ("Irecv", "Recv") else 1
         self.sent = self.buf.copy() if self.buf is not None and call in ("Isend", "Issend") else None
         self.receive = recv  # a lower-case receive: a matched probe, then the object
         self.obj: Any = None
@@ -137,8 +137,16 @@ class Req:
             if got is None:
                 return False
             self.obj = got[0]
-        elif not self.request.Test(status):
-            return False
+        else:
+            from mpi4py import MPI
+
+            status = MPI.Status() if status is None else status
+            if not self.request.Test(status):
+                return False
+            nbytes = status.Get_count(MPI.BYTE)
+            if nbytes % self.itemsize:
+                me = self.watch.control.Get_rank()
+                self.watch.violations.append(type_mismatch(me, nbytes, self.itemsize, status.Get_source(), self.where))
         self.done = True
         self._finished()
         return True
@@ -227,10 +235,18 @@ def _tag(tag: int) -> str:
 
 
 def _array(buf: Any) -> np.ndarray | None:
-    """The array behind a buffer or an mpi4py buffer spec, flat bytes, or None."""
-    if isinstance(buf, (list, tuple)) and buf:
-        buf = buf[0]
-    return buf.reshape(-1).view(np.uint8) if isinstance(buf, np.ndarray) and buf.flags.c_contiguous else None
+    """The bytes a buffer or an mpi4py buffer spec names (a flat uint8 view), or None for anything else."""
+    try:
+        return _as_bytes(buf, writable=False, what="buffer")
+    except (TypeError, ValueError):
+        return None
+
+
+def _raw(buf: Any) -> Any:
+    """What MPI is given: the buffer's bytes (MPI.BYTE), so that a type mismatch between a send and its
+    receive is the kit's verdict (MPICH asserts and aborts the job on one); anything else as it is."""
+    data = _array(buf)
+    return buf if data is None else data
 
 
 class WatchedComm:
@@ -455,7 +471,9 @@ class Runner:
         for req in left:  # a send never waited: its buffer must still hold what it sent
             if req.sent is not None and req.buf is not None and not np.array_equal(req.sent, req.buf):
                 req._finished()
-        found = {v.property: f"rank {w}: {v}" for v in reversed(self.watch.violations)}
+        found = {
+            v.property: str(v) if str(v).startswith("rank") else f"rank {w}: {v}" for v in self.watch.violations[::-1]
+        }
         if left:
             found["request-completed"] = (
                 f"rank {w} returned with a request never completed: {left[0].call} from {left[0].where}"

@@ -111,3 +111,20 @@ def test_requests_never_completed_are_named_under_mpi():
     assert verdict == 1
     if MPI.COMM_WORLD.Get_rank() == 0:
         assert "breaks 'request-completed'" in text and "test_kit_mpi.py:" in text, text
+
+
+def float32_into_float64(comm, x, f):
+    """Sends float32, receives float64: MPICH asserts on the unpack and aborts the job (no report)."""
+    rank, p = comm.Get_rank(), comm.Get_size()
+    acc, tmp = x.copy(), np.empty_like(x)
+    for _ in range(p - 1):
+        comm.Sendrecv([x.astype(np.float32), MPI.FLOAT], (rank + 1) % p, 0, [tmp, MPI.DOUBLE], (rank - 1) % p, 0)
+        f(acc, tmp, out=acc)
+    return acc
+
+
+def test_a_type_mismatch_is_a_verdict_not_an_aborted_job():
+    verdict, text = _verdict(float32_into_float64, "--dtypes", "float64", "--ops", "sum")
+    assert verdict == 1
+    if MPI.COMM_WORLD.Get_rank() == 0:
+        assert "breaks 'truncation'" in text and "the types of the send and the receive differ" in text, text
