@@ -5,6 +5,7 @@
     python -m minidl.exercises check ring_allreduce      check your copy: exit 0 pass, 1 fail, 2 usage error
     python -m minidl.exercises check ring_allreduce --submit    also fresh random inputs and hidden cases
     python -m minidl.exercises check ring_allreduce --solution  check the reference solution
+    python -m minidl.exercises grade class/ ring_allreduce      --submit on every copy in class/, one table
 
 Where the files are:
     minidl/exercises/skeletons/NN_name.py    the untouched skeletons (signatures, the math in docstrings,
@@ -29,7 +30,9 @@ A failure names the property that broke and the smallest case that breaks it (fo
 kit's shrunk report, with the messages of the failing run); an unwritten function is reported as "not
 implemented yet: <function>". ``--submit`` runs inputs drawn from a fresh random seed and hidden cases
 whose expected outputs are stored only as SHA-256 hashes (hashes.py), so a solution tuned to the visible
-cases is found out. No checker imports a solution: the oracles are minidl's own tools.
+cases is found out. No checker imports a solution: the oracles are minidl's own tools. ``check`` runs the
+student's code in a process of its own under a time limit (``--time-limit``, default 60 s), so an endless
+loop, a sleep, ``sys.exit`` or ``os._exit`` is a FAIL with its reason.
 """
 
 from __future__ import annotations
