@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from collectives import common
+from collectives.communicators import CommView
 
 
 def pairs(values: Any, index: Any, mpi_layout: bool = False) -> np.ndarray:
@@ -70,32 +71,11 @@ def _raw(buf: Any) -> Any:
     return buf
 
 
-class BytesComm:
+class BytesComm(CommView):
     """``comm`` whose structured-array messages travel as bytes; the point-to-point subset only."""
 
-    def __init__(self, comm: Any):
-        self.comm = comm
-
-    def Get_rank(self) -> int:
-        return self.comm.Get_rank()
-
-    def Get_size(self) -> int:
-        return self.comm.Get_size()
-
-    def Send(self, buf: Any, dest: int, tag: int = 0) -> None:
-        self.comm.Send(_raw(buf), dest, tag)
-
-    def Recv(self, buf: Any, source: int, tag: int) -> None:
-        self.comm.Recv(_raw(buf), source, tag)
-
-    def Isend(self, buf: Any, dest: int, tag: int = 0) -> Any:
-        return self.comm.Isend(_raw(buf), dest, tag)
-
-    def Irecv(self, buf: Any, source: int, tag: int) -> Any:
-        return self.comm.Irecv(_raw(buf), source, tag)
-
-    def Sendrecv(self, sendbuf: Any, dest: int, sendtag: int, recvbuf: Any, source: int, recvtag: int) -> None:
-        self.comm.Sendrecv(_raw(sendbuf), dest, sendtag, _raw(recvbuf), source, recvtag)
+    def _buf(self, buf: Any) -> Any:
+        return _raw(buf)
 
 
 def wire(comm: Any, dtype: np.dtype) -> Any:

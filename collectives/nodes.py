@@ -21,10 +21,11 @@ from collectives.algorithms import hierarchical
 from collectives.algorithms.hierarchical import NAMES, SCHEDULES, predict
 from collectives.auto import auto_algorithm
 from collectives.common import Op
+from collectives.communicators import CommView
 from collectives.loc import wire
 
 
-class GroupComm:
+class GroupComm(CommView):
     """Ranks ``members`` of ``comm`` as a communicator of their own (rank i here is ``comm``'s rank members[i]).
 
     The point-to-point subset only; messages go through ``comm`` with the peers translated (a receive's Status,
@@ -33,7 +34,8 @@ class GroupComm:
     """
 
     def __init__(self, comm: Any, members: Sequence[int]):
-        self.comm, self.members = comm, tuple(int(m) for m in members)
+        super().__init__(comm)
+        self.members = tuple(int(m) for m in members)
         self._rank = self.members.index(comm.Get_rank())
 
     def Get_rank(self) -> int:
@@ -44,23 +46,6 @@ class GroupComm:
 
     def _peer(self, rank: int) -> int:
         return self.members[rank] if rank >= 0 else rank  # ANY_SOURCE stays itself
-
-    def Send(self, buf: Any, dest: int, tag: int = 0) -> None:
-        self.comm.Send(buf, self._peer(dest), tag)
-
-    def Recv(self, buf: Any, source: int = -2, tag: int = -1, status: Any = None) -> None:
-        self.comm.Recv(buf, self._peer(source), tag, status)
-
-    def Isend(self, buf: Any, dest: int, tag: int = 0) -> Any:
-        return self.comm.Isend(buf, self._peer(dest), tag)
-
-    def Irecv(self, buf: Any, source: int = -2, tag: int = -1) -> Any:
-        return self.comm.Irecv(buf, self._peer(source), tag)
-
-    def Sendrecv(
-        self, sendbuf: Any, dest: int, sendtag: int = 0, recvbuf: Any = None, source: int = -2, recvtag: int = -1
-    ) -> None:
-        self.comm.Sendrecv(sendbuf, self._peer(dest), sendtag, recvbuf, self._peer(source), recvtag)
 
 
 def node_comms(comm: Any, ranks_per_node: int | None = None) -> tuple[Any, Any]:

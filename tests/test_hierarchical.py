@@ -290,3 +290,21 @@ def test_the_data_parallel_allreduce_runs_the_named_schedule(algorithm, schedule
         lambda comm: hierarchical_allreduce(comm, xs[comm.Get_rank()], ranks_per_node=3, schedule=schedule, check=False)
     )
     assert got == want
+
+
+def test_communicators_get_sendrecv_from_one_base_each():
+    """GroupComm and BytesComm pass Sendrecv on as one Sendrecv (a trace keeps one row); TimeoutComm builds it from
+    Irecv, Isend and its deadline, and a Sendrecv that waits past it is named in the error."""
+    from collectives.communicators import CommView, NonblockingSendrecv
+    from collectives.loc import BytesComm
+    from minidl.distributed.timeout import CommTimeoutError, TimeoutComm
+
+    assert issubclass(nodes.GroupComm, CommView) and issubclass(BytesComm, CommView)
+    assert issubclass(TimeoutComm, NonblockingSendrecv)
+
+    def stuck(comm):
+        if comm.Get_rank() == 0:  # rank 1 never sends: rank 0's Sendrecv runs into the deadline
+            TimeoutComm(comm, 0.2).Sendrecv(np.zeros(1), 1, 5, np.zeros(1), 1, 5)
+
+    with pytest.raises(CommTimeoutError, match="Sendrecv"):
+        collectives.simulate(2, stuck)

@@ -39,6 +39,8 @@ from typing import Any
 
 import numpy as np
 
+from collectives.communicators import NonblockingSendrecv
+
 ENV = "MINIDL_COMM_TIMEOUT"
 DEFAULT_TRAIN_TIMEOUT = 300.0  # seconds: python -m minidl.train's default, far above any step of its models
 SPINS = 50  # tests before the first sleep
@@ -116,7 +118,7 @@ def with_timeout(comm: Any, seconds: float | None) -> Any:
     return inner if seconds is None else TimeoutComm(inner, seconds)
 
 
-class TimeoutComm:
+class TimeoutComm(NonblockingSendrecv):
     """``comm`` with a deadline on every blocking call (see the module doc); anything else passes through."""
 
     def __init__(self, comm: Any, seconds: float):
@@ -157,18 +159,7 @@ class TimeoutComm:
     def Recv(self, buf: Any, source: int | None = None, tag: int | None = None, status: Any = None) -> None:
         self.Irecv(buf, source, tag, _call="Recv").Wait(status)
 
-    def Sendrecv(
-        self,
-        sendbuf: Any,
-        dest: int,
-        sendtag: int = 0,
-        recvbuf: Any = None,
-        source: int | None = None,
-        recvtag: int | None = None,
-        status: Any = None,
-    ) -> None:
-        recv = self.Irecv(recvbuf, source, recvtag, _call="Sendrecv")
-        send = self.Isend(sendbuf, dest, sendtag, _call="Sendrecv")
+    def _complete(self, recv: TimedRequest, send: TimedRequest, status: Any) -> None:  # Sendrecv's two requests
         self.wait([(recv, status), (send, None)], "Sendrecv")
 
     # -- collectives MPI provides
