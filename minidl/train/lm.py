@@ -195,6 +195,22 @@ class LMTask(Task):
         """The number the history keeps, and the text of an evaluation."""
         return scores[f"{split}_ppl"], f"{split} ppl {scores[f'{split}_ppl']:.2f}"
 
+    def verdict(self, result: dict[str, Any]) -> list[str]:
+        """On a generated corpus, what the gap to the optimum means: within 10% is good, within 25% fair (the
+        presets' runs); 0% is the generating HMM itself, which a model learned from a finite sample of text in a
+        finite number of SGD steps does not reach (the rare words of the Zipf tail are seen a few times; the
+        topic and word class, which the HMM knows, must be inferred from the words)."""
+        if "gap" not in result:
+            return []
+        gap = result["gap"]
+        grade = "good" if gap <= 0.10 else "fair" if gap <= 0.25 else "far: train longer or a larger model"
+        return [
+            f"gap {100 * gap:+.1f}%: {grade} (within 10% is good, within 25% fair). 0% is the HMM that wrote the "
+            f"text, reached only with unlimited text and training: this model took {result['steps']:,} SGD steps on "
+            f"{self.corpus.train.size:,} words of text (the rare ones seen a few times) and must infer from the words "
+            "the topic and word class that the HMM knows"
+        ]
+
     def score_line(self, result: dict[str, Any]) -> str:
         """ "test perplexity X | corpus optimum Y (gap Z%) | unigram U"; the optimum and unigram perplexities
         (added to ``result``) only where the corpus was generated, its true model known."""

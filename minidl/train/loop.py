@@ -15,6 +15,7 @@ on which they are.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -40,6 +41,10 @@ class Task:
     MODEL_FIELDS: tuple[str, ...] = ()  # the settings that shape the model's parameters (a resume compares them)
     lr_scale = 1.0  # --lr-scaling's factor: the header prints the rate in force
     batch_axis = 0  # the axis of a batch's arrays that runs over examples (the LM's: streams)
+
+    def verdict(self, result: dict[str, Any]) -> list[str]:
+        """Lines after the score that say what it means (the LM: how far from the optimum is good)."""
+        return []
 
     def size_flags(self) -> str:
         """The flags that size the model, with their values (named when it does not fit in memory)."""
@@ -102,6 +107,7 @@ def fit(task: Any, strategy: Strategy, args: Any, preset: str) -> dict[str, Any]
     lines += [f"resumed from {args.resume}: epoch {pos.epoch}, step {pos.step}"] if args.resume else []
     lines += [f"flags that change the run: {args.changes}"] if getattr(args, "changes", "") else []
     log.header(title, lines)
+    clocks = (time.process_time(), time.perf_counter())  # this rank's share of a core while it trains (busy_note)
     watch = Watch(immediate=args.parallel == "ps")  # Ctrl-C: stop after a step the ranks agree on
     try:
         if strategy.serves:
@@ -112,6 +118,7 @@ def fit(task: Any, strategy: Strategy, args: Any, preset: str) -> dict[str, Any]
     finally:
         watch.close()
     log.speed.pause()
+    share = (time.process_time() - clocks[0]) / max(time.perf_counter() - clocks[1], 1e-9)
     if args.save:
         strategy.checkpoint(task, pos, preset, final=True)
     seconds = time.perf_counter() - log.started
@@ -125,6 +132,8 @@ def fit(task: Any, strategy: Strategy, args: Any, preset: str) -> dict[str, Any]
     result["params"] = strategy.dense_params()
     record = {"kind": "eval", "split": "test", "step": pos.step, "epoch": pos.epoch, **scalars(scores, "test")}
     log.finish(result, record)
+    for line in task.verdict(result) + busy_note(strategy, share):
+        strategy.ctx.log(line)
     return result
 
 
@@ -149,6 +158,22 @@ def agreed(strategy: Strategy, action: Callable[[], T], memory: str = "") -> T:
             print_error(f"{where}python -m minidl.train: error: {error}")
         raise UsageExit()
     return value  # type: ignore[return-value]
+
+
+def busy_note(strategy: Strategy, share: float, quiet: float = 0.8) -> list[str]:
+    """The machine was busy (one line) where a rank had less than ``quiet`` of a core while it trained (its CPU
+    time over the wall-clock time): other jobs, or more ranks than cores, took the rest, and the words/s are below
+    what the machine does idle. Every rank calls it (one sum gathers the shares); nothing when all were quiet."""
+    shares = strategy.ctx.sum([min(share, 1.0) if r == strategy.ctx.rank else 0.0 for r in range(strategy.ctx.size)])
+    least = float(np.min(shares))
+    if least >= quiet:
+        return []
+    load = f"load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores, " if hasattr(os, "getloadavg") else ""
+    who = "a rank" if strategy.ctx.size > 1 else "the process"
+    return [
+        f"the machine was busy: {who} had {100 * least:.0f}% of a core while it trained ({load}other jobs or more "
+        "ranks than cores): the speed above is below what this machine does idle"
+    ]
 
 
 def split_global_batch(task: Any, strategy: Strategy, args: Any) -> None:
