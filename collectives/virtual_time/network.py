@@ -78,7 +78,7 @@ class Network:
         return f"{self.name}: alpha {c.alpha * 1e6:.3g} us, beta {c.beta * 1e9:.3g} ns/B ({1e-9 / c.beta if c.beta else np.inf:.3g} GB/s), gamma {c.gamma * 1e9:.3g} ns/B"
 
 
-class Crossbar(Network):
+class CrossbarNetwork(Network):
     """Every pair of ranks has a wire of its own: a message costs alpha + n beta whatever else is sent."""
 
     name = "crossbar"
@@ -242,7 +242,7 @@ def get_network(network: str | Network, params: CostParams | None = None, **opti
             raise ValueError(f"options {sorted(options)} apply to a named network, not to a Network object")
         return network
     if network == "crossbar" and not options:
-        return Crossbar(params)
+        return CrossbarNetwork(params)
     if network == "crossbar":  # the model's alpha and beta between the nodes and within them
         c = params or get_params()
         link = Link("crossbar", c.alpha, 1 / c.beta if c.beta else np.inf)

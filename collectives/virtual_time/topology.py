@@ -59,7 +59,7 @@ class Topology:
         return "one non-blocking switch (the NICs are shared)"
 
 
-class Crossbar(Topology):
+class CrossbarTopology(Topology):
     name = "crossbar"
 
     def __init__(self, nodes: int, bandwidth: float):
@@ -295,7 +295,7 @@ def make_topology(name: str, nodes: int, bandwidth: float, **options) -> Topolog
     """A topology by name (TOPOLOGIES) and its options (OPTIONS); anything else is a one-line ValueError."""
     check_options(name, options)
     if name == "crossbar":
-        return Crossbar(nodes, bandwidth)
+        return CrossbarTopology(nodes, bandwidth)
     if name == "switch":
         return Topology(nodes, bandwidth)
     if name == "fattree":
