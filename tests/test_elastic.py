@@ -79,7 +79,8 @@ def test_launcher_refuses_bad_input(tmp_path, capsys):
     train = [sys.executable, "-m", "minidl.train", "lm", *QUICK]
     assert "--min-ranks 3 is above -n 2" in launch_error(["-n", "2", "--min-ranks", "3", "--", *train], capsys)
     assert "give the command after --" in launch_error(["-n", "2"], capsys)
-    bad = ["-n", "1", "--", *train, "--save", str(tmp_path / "missing" / "lm.npz")]
+    (tmp_path / "a-file").write_text("")
+    bad = ["-n", "1", "--", *train, "--save", str(tmp_path / "a-file" / "lm.npz")]
     assert "does not exist or is not writable" in launch_error(bad, capsys)
 
 
@@ -88,8 +89,9 @@ def test_launcher_refuses_a_checkpoint_of_another_model(tmp_path, capsys, monkey
     save = str(tmp_path / "lm.npz")
     lm.main([*QUICK, "--hidden-size", "16", "--max-steps", "2", "--save", save, "--save-every", "2"])
     capsys.readouterr()
+    # another run's checkpoints beside --save are never resumed (issue 32); a --resume given is checked
     command = [sys.executable, "-m", "minidl.train", "lm", *QUICK, "--save", save]
-    err = launch_error(["-n", "1", "--", *command], capsys)
+    err = launch_error(["-n", "1", "--", *command, "--resume", checkpoints.scheduled_path(save, 2)], capsys)
     assert "is of another model: hidden_size = 16, the command has 64" in err
 
 

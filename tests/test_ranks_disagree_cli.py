@@ -39,9 +39,10 @@ def test_mpmd_ranks_with_different_flags_stop_at_once_naming_the_flag(flag, valu
 
 
 def test_a_usage_error_prints_one_line_once_with_the_rank(tmp_path):
-    proc, out, _ = mpiexec(["-n", "2", *TRAIN, "--save", str(tmp_path / "missing" / "c.npz")])
+    (tmp_path / "a-file").write_text("")
+    proc, out, _ = mpiexec(["-n", "2", *TRAIN, "--save", str(tmp_path / "a-file" / "c.npz")])
     assert proc.returncode == 2, out
-    assert out.count("error:") == 1 and "[rank 0 of 2]" in out and "does not exist" in out, out
+    assert out.count("error:") == 1 and "[rank 0 of 2]" in out and "cannot make the folder" in out, out
     assert "Traceback" not in out
 
 

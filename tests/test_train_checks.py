@@ -49,9 +49,12 @@ def test_paths(tmp_path):
     (tmp_path / "ptb.train.txt").write_text("a\n")
     with pytest.raises(UsageError, match="missing ptb.valid.txt, ptb.test.txt"):
         check_args(args(data=str(tmp_path)))
-    with pytest.raises(UsageError, match="--save .*the directory .*missing does not exist"):
-        check_args(args(save=str(tmp_path / "missing" / "c.npz")))
-    with pytest.raises(UsageError, match="--save .*is a directory"):
+    check_args(args(save=str(tmp_path / "missing" / "c.npz")))  # its folder is made (issue 32)
+    assert (tmp_path / "missing").is_dir()
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(UsageError, match="--save .*cannot make the folder .*a-file"):
+        check_args(args(save=str(tmp_path / "a-file" / "c.npz")))
+    with pytest.raises(UsageError, match="--save .*is a folder"):
         check_args(args(save=str(tmp_path)))
     with pytest.raises(UsageError, match="--resume .*no such checkpoint"):
         check_args(args(resume=str(tmp_path / "none.npz")))

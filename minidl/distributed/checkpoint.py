@@ -154,6 +154,8 @@ def _read_on_root(path: str | os.PathLike[str], size: int, reshard: Any = None) 
     saved = ckpt.get("world_size", size)
     if not isinstance(ranks, list) or not isinstance(saved, int) or not all(isinstance(r, dict) for r in ranks):
         return {"error": f"{path}: malformed 'ranks' or 'world_size' entries"}, empty
+    if saved < 1 or (any(ranks) and len(ranks) != saved):
+        return {"error": f"{path}: field world_size = {saved} does not match its {len(ranks)} per-rank states"}, empty
     if saved != size and any(ranks) and reshard is not None:
         try:
             ranks = reshard(ranks, size)

@@ -22,6 +22,7 @@ import re
 import sys
 import time
 
+RUN_ID_VARIABLE = "MINIDL_RUN_ID"  # the run id a job's checkpoints carry (python -m minidl.launch sets it)
 STALE_SECONDS = 60.0  # a temporary not written to for this long belongs to no live save (a save takes seconds)
 
 
@@ -51,9 +52,32 @@ def latest(save: str) -> str | None:
     return found[-1][1] if found else None
 
 
-def prune(save: str, keep: int) -> list[str]:
-    """Remove all but the newest ``keep`` scheduled checkpoints, and stale temporaries; returns the removed paths."""
-    found = scheduled(save)
+def run_of(path: str) -> str | None:
+    """The run id written into checkpoint ``path`` (``state["run"]``), read alone; None if it has none or cannot be
+    read (a checkpoint of an older minidl, a damaged file)."""
+    import numpy as np
+
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            return str(archive["state/run"]) if "state/run" in archive.files else None
+    except Exception:  # noqa: BLE001 - a damaged file (zipfile.BadZipFile, OSError, ...) is no run's
+        return None
+
+
+def run_of_args(args: object) -> str | None:
+    """The run id of a training run's flags (``minidl.train.outputs.claim`` settles it on the rank that writes)."""
+    return getattr(getattr(args, "outputs", None), "run", None)
+
+
+def lock_path(save: str) -> str:
+    """The lock file of the job writing checkpoints at ``save`` (minidl.train.outputs.SaveLock)."""
+    return f"{save}.lock"
+
+
+def prune(save: str, keep: int, run: str | None = None) -> list[str]:
+    """Remove all but the newest ``keep`` scheduled checkpoints, and stale temporaries; returns the removed paths.
+    With ``run``, only that run's checkpoints count and go (another run's in the same folder are left alone)."""
+    found = [(step, path) for step, path in scheduled(save) if run is None or run_of(path) == run]
     gone = [path for _, path in found[: max(len(found) - keep, 0)]]
     for path in gone:
         os.remove(path)

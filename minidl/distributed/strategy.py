@@ -27,8 +27,11 @@ import numpy as np
 
 import minidl
 import minidl.distributed as dist
+from collectives import MismatchError
 from minidl import amp, optim
+from minidl.distributed import checkpoint_schedule, lockstep
 from minidl.distributed.comm import SingleProcess  # noqa: F401  (re-exported: the serial run's communicator)
+from minidl.distributed.usage import print_error
 from minidl.nn.container import Sequential
 from minidl.nn.module import Module, StateDictError
 
@@ -200,8 +203,15 @@ class Strategy:
         state |= {"settings": units, "examples": pos.step * units["global_batch"]}
         state["config"] = {k: v for k, v in task.cfg.as_dict().items() if isinstance(v, (int, float, str, bool))}
         state["program"] = task.name  # python -m minidl.train lm or cnn: a resume names another program's checkpoint
+        state["run"] = checkpoint_schedule.run_of_args(self.args) or ""  # --keep, the launcher take only its own
         path = path or self.args.save
-        dist.save_checkpoint(path, self.model, self.base, None, state, rank_state, comm=self.ctx.comm)
+        try:
+            dist.save_checkpoint(path, self.model, self.base, None, state, rank_state, comm=self.ctx.comm)
+        except (OSError, MismatchError) as e:  # a full disk, on rank 0 (the others: MismatchError naming it)
+            if isinstance(e, OSError):
+                print_error(f"python -m minidl.train: error: {e}; the checkpoints written before it are intact")
+            lockstep.forget()  # every rank stops here: no end of run to agree on
+            raise WriteFailed() from None
 
     def plan_resume(self, task: Any) -> None:
         """Before the data is cut: a checkpoint of P ranks resumed at Q keeps its global batch G, each rank now
@@ -260,8 +270,14 @@ class Strategy:
             )
         check_resume_settings(path, state.get("settings", {}), position_units(task.cfg, self.ctx.size))
         if "rng" in mine:  # (a rank added by a resize keeps the stream reseed_per_rank gave it)
-            dist.set_rng_state(minidl.default_generator(), mine.pop("rng"))
-        pos = Position(int(state["epoch"]), int(state["window"]), int(state["step"]))
+            try:
+                dist.set_rng_state(minidl.default_generator(), mine.pop("rng"))
+            except (ValueError, TypeError, KeyError) as e:  # a hand-edited file: name the field
+                raise ValueError(
+                    f"--resume {path}: field ranks/{self.ctx.rank}/rng is not a random generator's state "
+                    f"({type(e).__name__}: {e})"
+                ) from None
+        pos = Position(*(whole_number(path, state, key) for key in ("epoch", "window", "step")))
         task.restore_state(mine if pos.window else {})
         return pos
 
@@ -311,6 +327,43 @@ def another_model(path: str, saved: dict[str, Any], task: Any, error: Exception)
     give = " ".join(f"--{flags[k].replace('_', '-')} {config[k]}" for k in differ if k in flags)
     how = f"resume with the flags it was written with: {give}" if give else "resume on the data it was written on"
     return f"--resume {path}: the checkpoint holds another model ({what}); {how}"
+
+
+class WriteFailed(SystemExit):
+    """A checkpoint could not be written (a full disk): its one line is printed; every rank ends with status 1 at
+    the same point (``dist.run`` lets it through, as an agreed stop)."""
+
+    ends_together = True
+
+    def __init__(self) -> None:
+        super().__init__(1)
+
+
+def whole_number(path: str, state: dict[str, Any], key: str) -> int:
+    """``state[key]`` of a checkpoint, an integer >= 0, else a ValueError naming the field."""
+    value = state.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ValueError(f"--resume {path}: field state/{key} = {value!r} is not an integer >= 0")
+    return int(value)
+
+
+def check_position(path: str, pos: Position, steps_per_epoch: int, epochs: int) -> Position:
+    """A checkpoint's position must be one a run can reach: epoch 1..epochs + 1, window < steps per epoch, and
+    step = (epoch - 1) x steps per epoch + window (every epoch before it whole); else a ValueError naming the field
+    (a hand-edited step of 1e9 would otherwise end the run at once with '1000000000 steps in 0:00')."""
+    if not 1 <= pos.epoch <= epochs + 1:
+        raise ValueError(f"--resume {path}: field state/epoch = {pos.epoch} is not in 1..{epochs + 1} (1-based)")
+    if pos.window >= steps_per_epoch:
+        raise ValueError(
+            f"--resume {path}: field state/window = {pos.window} is not below the {steps_per_epoch} steps of an epoch"
+        )
+    reached = (pos.epoch - 1) * steps_per_epoch + pos.window
+    if pos.step != reached:
+        raise ValueError(
+            f"--resume {path}: field state/step = {pos.step} does not match epoch {pos.epoch}, window {pos.window} "
+            f"(that is step {reached} at {steps_per_epoch} steps an epoch)"
+        )
+    return pos
 
 
 def check_resume_settings(path: str, saved: dict[str, Any], current: dict[str, int]) -> None:

@@ -45,10 +45,12 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from typing import IO, Any
 
 from minidl.distributed import checkpoint_schedule as checkpoints
+from minidl.distributed.checkpoint_schedule import RUN_ID_VARIABLE
 
 PROG = "python -m minidl.launch"
 SCHEDULE_FIELDS = ("batch_size", "epochs", "lr", "lr_decay", "decay_after", "warmup_epochs", "max_grad_norm")
@@ -141,6 +143,8 @@ def check_save(command: Sequence[str]) -> str | None:
     if save is None:
         return None
     directory = os.path.dirname(os.path.abspath(save))
+    with contextlib.suppress(OSError):
+        os.makedirs(directory, exist_ok=True)  # as the trainer makes it
     if not os.path.isdir(directory) or not os.access(directory, os.W_OK | os.X_OK):
         raise LaunchError(f"--save {save}: the directory {directory} does not exist or is not writable")
     return save
@@ -338,9 +342,24 @@ def signal_name(signum: int) -> str:
 
 
 def run(args: argparse.Namespace, command: list[str]) -> int:
+    """Run the job, restarting it from its own newest checkpoint: every attempt gets one run id (MINIDL_RUN_ID if
+    set, as a batch system's requeue may, else the given --resume's or a new one), written into its checkpoints,
+    and a restart resumes only that run's."""
     save = check_save(command)
     given = flag_value(command, "--resume")
-    for path in (given, newest_intact(save) if save else None):
+    before = os.environ.get(RUN_ID_VARIABLE)
+    os.environ[RUN_ID_VARIABLE] = before or (checkpoints.run_of(given) if given else None) or uuid.uuid4().hex[:12]
+    try:
+        return run_job(args, command, save, given, os.environ[RUN_ID_VARIABLE])
+    finally:
+        if before is None:
+            del os.environ[RUN_ID_VARIABLE]
+        else:
+            os.environ[RUN_ID_VARIABLE] = before
+
+
+def run_job(args: argparse.Namespace, command: list[str], save: str | None, given: str | None, run: str) -> int:
+    for path in (given, newest_intact(save, run) if save else None):
         if path and os.path.isfile(path):
             check_model(command, path)
     if save and os.path.exists(checkpoints.failure_marker(save)):
@@ -365,19 +384,22 @@ def run(args: argparse.Namespace, command: list[str]) -> int:
             print(f"{PROG}: giving up after {restarts} restarts; last error: {error}", file=sys.stderr)
             return code if code > 0 else 1
         restarts, ranks = restarts + 1, max(ranks - 1, args.min_ranks)
-        latest = newest_intact(save) if save else None
+        latest = newest_intact(save, run) if save else None
         current = with_resume(command, latest) if latest else list(command)
         where = f"from {latest}" if latest else "from the start (no checkpoint yet)"
         print(f"{PROG}: restart {restarts}/{args.max_restarts} on {ranks} ranks {where}; failed: {error}", flush=True)
 
 
-def newest_intact(save: str) -> str | None:
-    """The newest scheduled checkpoint beside ``save`` that loads (None if none does). A damaged one (a copy cut
-    short, a disk error) is named and passed over for the one before it; stale half-written files are removed."""
+def newest_intact(save: str, run: str | None = None) -> str | None:
+    """The newest scheduled checkpoint beside ``save`` that loads (None if none does), of run ``run`` if given
+    (another run's, left in the same folder, is never resumed). A damaged one (a copy cut short, a disk error) is
+    named and passed over for the one before it; stale half-written files are removed."""
     from minidl.serialization import load
 
     checkpoints.prune_temporaries(save)
     for _, path in reversed(checkpoints.scheduled(save)):
+        if run is not None and checkpoints.run_of(path) != run:
+            continue
         try:
             load(path)
         except (ValueError, OSError) as e:  # CheckpointError is a ValueError

@@ -11,9 +11,10 @@ weak-scaling efficiency. Evaluation and checkpoints are not training time: the c
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -65,6 +66,13 @@ class Throughput:
         return rate
 
 
+def open_log(args: Any) -> IO[str]:
+    """``--log-json``'s file, its folder made: appended to by a run that goes on from a checkpoint (``--resume``, a
+    launcher's restart), so the steps before it stay; a fresh run starts it anew (closed in ``Progress.finish``)."""
+    os.makedirs(os.path.dirname(os.path.abspath(args.log_json)), exist_ok=True)
+    return open(args.log_json, "a" if getattr(args, "resume", None) else "w")  # noqa: SIM115
+
+
 class Progress:
     def __init__(self, task: Any, strategy: Any, args: Any, steps_per_epoch: int, total: int, start: int = 0):
         self.task, self.strategy, self.ctx = task, strategy, strategy.ctx
@@ -76,7 +84,7 @@ class Progress:
         self.first_step = start  # the step the ETA's pace counts from (a resumed run's first)
         self.bar = sys.stdout.isatty()  # a terminal: a bar before the ETA; a log: plain lines
         prints = self.ctx.rank == strategy.log_rank
-        self.json = open(args.log_json, "w") if args.log_json and prints else None  # noqa: SIM115 - closed in finish
+        self.json = open_log(args) if args.log_json and prints else None
         if self.json is not None:  # first, what the numbers ran on: the BLAS kernel, CPU, MPI, a measured sgemm
             from minidl.tools.info import SGEMM_QUICK_N, machine_facts
 

@@ -7,7 +7,7 @@ prints a traceback per rank; found here, it is one line::
 
 ``check_args(args)`` raises ``UsageError`` for the first problem (``minidl.distributed.usage`` prints it once,
 with the rank under mpiexec, and exits 2). It checks numbers (finite, in range), paths (``--data``
-holds what the program reads, ``--save`` can be written, ``--resume`` exists) and flags that do not
+holds what the program reads, ``--save``, ``--log-json`` and ``--timeline`` can be written (their folders made), ``--resume`` exists) and flags that do not
 apply to the chosen ``--parallel`` mode (each with the reason).
 """
 
@@ -21,6 +21,7 @@ from typing import Any
 from minidl.data.text import PTB_FILES, PTB_HINT
 from minidl.distributed.timeout import timeout_from_env
 from minidl.distributed.usage import UsageError
+from minidl.train.outputs import OUTPUT_FLAGS, writable
 
 IDX_FILES = [f"{kind}-{what}" for kind in ("train", "t10k") for what in ("images-idx3-ubyte", "labels-idx1-ubyte")]
 
@@ -145,20 +146,9 @@ def check_paths(args: argparse.Namespace, root: bool = True) -> None:
         return
     if resume is not None and not os.path.isfile(resume):
         raise UsageError(f"--resume {resume}: no such checkpoint file")
-    if save is not None:
-        check_writable(save)
+    for flag in OUTPUT_FLAGS:  # their folders made, each writable: one line now, not a traceback mid-run
+        path = getattr(args, dest(flag), None)
+        if path is not None:
+            writable(path, flag)
     if getattr(args, "save_every", None) and save is None:
         raise UsageError("--save-every needs --save PATH (the scheduled checkpoints are written beside it)")
-
-
-def check_writable(path: str) -> None:
-    """``--save PATH``: its directory exists and can be written, and PATH is not a directory."""
-    if os.path.isdir(path):
-        raise UsageError(f"--save {path}: is a directory; give a file name such as {os.path.join(path, 'ckpt.npz')}")
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise UsageError(f"--save {path}: the directory {directory} does not exist")
-    if not os.access(directory, os.W_OK | os.X_OK):
-        raise UsageError(f"--save {path}: the directory {directory} is not writable")
-    if os.path.exists(path) and not os.access(path, os.W_OK):
-        raise UsageError(f"--save {path}: the file exists and is not writable")

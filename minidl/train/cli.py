@@ -23,6 +23,7 @@ import minidl.distributed as dist
 from minidl.distributed.pipeline.schedule import SCHEDULES
 from minidl.distributed.timeout import train_timeout
 from minidl.distributed.usage import launch_rank, print_error, validate_or_exit
+from minidl.train import outputs
 from minidl.train.checks import check_args
 from minidl.train.loop import fit
 from minidl.train.strategies import STRATEGIES, Context, SingleProcess
@@ -204,6 +205,7 @@ def run(task_class: Any, argv: list[str] | None = None) -> dict[str, Any]:
             print(json.dumps(settings, indent=2))
         return settings
     validate_or_exit(args, check_args, PROG)  # every flag checked before anything is built: one line and exit 2
+    validate_or_exit(args, outputs.claim, PROG)  # --save's lock, the run id, a --log-json that is a log
     args.argv = list(sys.argv[2:] if argv is None else argv)  # the flags, for the resume command after a Ctrl-C
     args.changes = changed_flags(parser, args)  # named in the run's header
     if args.staleness_bound is not None and not args.asynchronous:
@@ -219,4 +221,7 @@ def run(task_class: Any, argv: list[str] | None = None) -> dict[str, Any]:
     def main() -> dict[str, Any]:
         return fit(task_class(args, cfg, preset), STRATEGIES[args.parallel](ctx, args), args, preset)
 
-    return dist.run(main, comm=ctx.comm) if args.parallel != "none" else main()
+    try:
+        return dist.run(main, comm=ctx.comm) if args.parallel != "none" else main()
+    finally:
+        outputs.release(args)

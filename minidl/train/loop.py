@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from minidl.distributed import checkpoint_schedule
+from minidl.distributed.strategy import check_position
 from minidl.distributed.usage import UsageExit, print_error
 from minidl.optim.large_batch import large_batch_lr, scale_factor
 from minidl.tools.progress import Progress, scalars
@@ -99,7 +100,8 @@ def fit(task: Any, strategy: Strategy, args: Any, preset: str) -> dict[str, Any]
     strategy.build(task, model)
     epochs = task.cfg.epochs
     total = min(args.max_steps or epochs * spe, epochs * spe)
-    pos = agreed(strategy, lambda: strategy.resume(task, preset)) if args.resume else Position()
+    resume = lambda: check_position(args.resume, strategy.resume(task, preset), spe, epochs)  # noqa: E731
+    pos = agreed(strategy, resume) if args.resume else Position()
     log = Progress(task, strategy, args, spe, total, start=pos.step)
     task.lr_scale = scale_factor(args, task.cfg, strategy.replicas, task.PRESETS[preset].batch_size)
     title, lines = task.header(preset, n_params, spe, total if args.max_steps else None)
@@ -255,7 +257,7 @@ def after_step(task: Any, strategy: Strategy, args: Any, preset: str, pos: Posit
         path = checkpoint_schedule.scheduled_path(args.save, pos.step)
         strategy.checkpoint(task, pos, preset, final=False, path=path)
         if strategy.ctx.rank == 0:
-            checkpoint_schedule.prune(args.save, args.keep)
+            checkpoint_schedule.prune(args.save, args.keep, checkpoint_schedule.run_of_args(args))  # its own only
     failure = getattr(args, "inject_failure", None)
     if failure and failure == (strategy.ctx.rank, pos.step):
         checkpoint_schedule.die(args.save, strategy.ctx.rank, pos.step)
