@@ -25,7 +25,7 @@ CORE_BUDGET = {
     "minidl/autograd.py": 420,
     "minidl/saved.py": 150,
     "minidl/creation.py": 90,
-    "minidl/gradcheck.py": 280,
+    "minidl/gradcheck.py": 300,  # 253 lines when the path was written; 282 with its failure message (issue 32)
     "minidl/ops/elementwise.py": 165,
     "minidl/ops/linalg.py": 60,
     "minidl/nn/module.py": 230,
@@ -53,7 +53,7 @@ CORE = tuple(path.removesuffix(".py").replace("/", ".") for path in CORE_BUDGET)
 # PLAIN: library modules the core stands on, none of them hardening. CROSSINGS: the core's imports of hardening
 # that go through no seam yet, each a debt: the list may only shrink (a new crossing fails, and so does a listed
 # one that is gone, so that the list stays true).
-SEAMS = {"minidl.amp", "collectives.fastpath", "minidl.distributed.data_parallel.exchange"}
+SEAMS = {"minidl.amp", "collectives.fastpath", "minidl.distributed.data_parallel.gradient_exchange"}
 PLAIN = {
     "minidl",
     "collectives",

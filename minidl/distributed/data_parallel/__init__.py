@@ -10,7 +10,7 @@ Read it as a ladder (picotron's order); each step is complete, and a reader may 
 
 Then the machinery that puts the three behind Horovod's interface: ``optimizer.py``
 (``DistributedOptimizer``: wrap any optimizer; gradient accumulation, the ranks' agreement),
-``exchange.py`` (its settings, and one exchange strategy per mode: one rank, after backward, during
+``gradient_exchange.py`` (its settings, and one exchange strategy per mode: one rank, after backward, during
 backward), ``timing.py`` (compute / wait / communication per step, the timeline).
 
 Beside the ladder: ``allreduce.py`` (the algorithm chosen by name), ``compression.py`` (fp16 on the
@@ -20,16 +20,21 @@ share of a batch), ``sync_batchnorm.py`` (batch statistics over all ranks), ``lo
 optimizer state, gradients and parameters sharded over the ranks).
 """
 
+import sys as _sys
+
 from minidl.distributed.data_parallel.allreduce import ALGORITHMS, allreduce
 from minidl.distributed.data_parallel.average import average_gradients
-from minidl.distributed.data_parallel.exchange import ExchangeSettings
 from minidl.distributed.data_parallel.fusion import DEFAULT_FUSION_BYTES, allreduce_buckets, average_bucketed
+from minidl.distributed.data_parallel.gradient_exchange import ExchangeSettings
 from minidl.distributed.data_parallel.local_sgd import LocalSGD, average_parameters
 from minidl.distributed.data_parallel.optimizer import DistributedOptimizer
 from minidl.distributed.data_parallel.sampler import DistributedSampler, epoch_permutation, shard_batch
 from minidl.distributed.data_parallel.sync_batchnorm import SyncBatchNorm, convert_sync_batchnorm
 from minidl.distributed.data_parallel.timing import StepTimings
 from minidl.distributed.data_parallel.zero import ZeroOptimizer
+
+# the module's old name (before it said what it exchanges): ``...data_parallel.exchange`` imports still work
+exchange = _sys.modules[f"{__name__}.exchange"] = _sys.modules[f"{__name__}.gradient_exchange"]
 
 __all__ = [
     "ZeroOptimizer",

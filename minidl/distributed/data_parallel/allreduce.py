@@ -28,7 +28,7 @@ ALGORITHMS = (
     "auto",
     "mpi",
     "hierarchical",
-    "hierarchical_rs",  # appended: local_sgd.py and exchange.py agree on an algorithm by its index here
+    "hierarchical_rs",  # appended: local_sgd.py and gradient_exchange.py agree on an algorithm by its index here
 )
 RANKS_PER_NODE = "MINIDL_RANKS_PER_NODE"
 _NODES: dict[tuple[int, str], tuple[Any, tuple[Any, Any]]] = {}  # (id(comm), K) -> (comm, its node comms)

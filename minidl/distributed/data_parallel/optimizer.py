@@ -36,7 +36,7 @@ the same sizes and dtypes, else a clear error on every rank); later ones skip it
 by agreeing on the step (lockstep.py): ranks at different steps raise on every rank, naming them.
 
 The class is the ladder's three steps behind Horovod's interface: the settings and the exchange
-strategies are in exchange.py (``synchronize`` hands each update to one of them), the timings, the
+strategies are in gradient_exchange.py (``synchronize`` hands each update to one of them), the timings, the
 timeline and the watchdog's step name in timing.py's ``ExchangeClock``.
 """
 
@@ -48,8 +48,8 @@ from typing import Any
 
 from minidl.distributed import lockstep
 from minidl.distributed.comm import get_comm
-from minidl.distributed.data_parallel.exchange import Exchange, ExchangeSettings, Round, make_exchange
 from minidl.distributed.data_parallel.fusion import DEFAULT_FUSION_BYTES, Bucket, plan_buckets
+from minidl.distributed.data_parallel.gradient_exchange import Exchange, ExchangeSettings, Round, make_exchange
 from minidl.distributed.data_parallel.timing import ExchangeClock, StepTimings
 from minidl.distributed.fingerprint import check_layout, optimizer_rows, parameter_rows
 from minidl.distributed.timeout import activity

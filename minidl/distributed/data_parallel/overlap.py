@@ -19,7 +19,7 @@ How it works here:
 - ``finish()`` (from ``DistributedOptimizer.synchronize``) launches what is left, in order, and waits.
 
 ``BucketOverlap`` is only the bookkeeping (which bucket is ready, one thread, in order); the exchange of
-a bucket is given to it (exchange.py's ``DuringBackward`` gives it fusion.py's ``allreduce_buckets``).
+a bucket is given to it (gradient_exchange.py's ``DuringBackward`` gives it fusion.py's ``allreduce_buckets``).
 
 The buckets and the per-bucket allreduce are those of the plain path, so the averaged gradients are
 bitwise the same with and without overlap.
