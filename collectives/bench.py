@@ -25,7 +25,7 @@ import json
 import os
 import sys
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -33,15 +33,73 @@ import collectives
 from collectives import cost
 from collectives.agreement import INLINE
 from collectives.bench_plan import DEFAULT_BUDGET_S, EXIT_INTERRUPTED, Budget, describe, free_memory, machine_sizes
+from collectives.paths import unwritable
 
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 DEFAULT_PLOT = os.path.join("runs", "allreduce_bench.png")  # under runs/, not beside the sources
 
 
 def parse_size(text: str) -> int:
+    """Bytes from ``1K``, ``4M``, ``1.5G``, ``64KiB``, ``4096``; ValueError for anything else."""
     text = text.strip().upper().removesuffix("B").removesuffix("I")
     unit = text[-1] if text and text[-1] in UNITS else ""
-    return int(float(text[: len(text) - len(unit)]) * UNITS[unit])
+    value = float(text[: len(text) - len(unit)])
+    if not np.isfinite(value):
+        raise ValueError(text)
+    return int(value * UNITS[unit])
+
+
+DTYPES = ("float32", "float64", "int32", "int64")  # what MPI and every algorithm sum exactly here (small integers)
+SLACK = 3  # working copies an allreduce may hold beside its input and result (receive buffers, a partial sum)
+
+
+def usage_problem(args: argparse.Namespace) -> str | None:
+    """The first bad flag, in one line (the same on every rank: checked before any message), or None."""
+    if args.dtype not in DTYPES:
+        return f"--dtype {args.dtype!r}: expected one of {', '.join(DTYPES)}"
+    if args.repeats is not None and args.repeats < 1:
+        return f"--repeats {args.repeats}: must be >= 1"
+    if not (np.isfinite(args.budget) and args.budget > 0):
+        return f"--budget {args.budget}: must be a finite number of seconds > 0"
+    if args.sizes is not None:
+        try:
+            sizes = [parse_size(s) for s in args.sizes.split(",")]
+        except ValueError:
+            return f"--sizes {args.sizes!r}: expected bytes per rank, comma-separated, such as 1K,4M,1G"
+        itemsize = np.dtype(args.dtype).itemsize
+        if any(n < itemsize or n % itemsize for n in sizes):
+            return f"--sizes {args.sizes!r}: each size must be a positive multiple of {itemsize} bytes ({args.dtype})"
+    if args.plot is not None and (problem := unwritable(args.plot)) is not None:
+        return f"--plot {args.plot}: {problem}"
+    return None
+
+
+def memory_problem(comm: Any, sizes: list[int], algorithms: list[str]) -> str | None:
+    """Whether the largest size fits in this node's free memory: every rank on it holds its input, a result per
+    algorithm and MPI's, and a few working copies. The answer is agreed on (nodes may differ), else None."""
+    from mpi4py import MPI
+
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    ranks_here = local.Get_size()
+    local.Free()
+    largest, copies = max(sizes), 2 + len(algorithms) + SLACK
+    need, free = ranks_here * copies * largest, free_memory()
+    mine = np.array([need > free], dtype=np.int64)
+    comm.Allreduce(MPI.IN_PLACE, mine, op=MPI.MAX)
+    if not mine[0]:
+        return None
+    return (
+        f"--sizes: {human(largest)} per rank needs about {need / 2**30:.1f} GiB on a node ({ranks_here} ranks x "
+        f"{copies} arrays: the input, MPI's and {len(algorithms)} algorithms' results, {SLACK} working copies), more "
+        f"than the {free / 2**30:.1f} GiB available; give smaller --sizes (or fewer --algorithms)"
+    )
+
+
+def refuse(rank: int, problem: str) -> NoReturn:
+    """Print ``problem`` once (rank 0) as one usage line and exit 2 (every rank calls this alike)."""
+    if rank == 0:
+        print(f"python -m collectives.bench: error: {problem}", file=sys.stderr, flush=True)
+    raise SystemExit(2)
 
 
 def human(nbytes: int) -> str:
@@ -320,13 +378,18 @@ def main(argv: list[str] | None = None) -> list[dict] | dict:
     unknown = [a for a in algorithms if a not in known]
     if unknown:  # every rank parses the same flags: each stops here, before any message
         parser.error(f"--algorithms: unknown {', '.join(map(repr, unknown))}: expected mpi or {', '.join(known)}")
+    comm = MPI.COMM_WORLD
+    problem = usage_problem(args)
+    if problem is not None:
+        refuse(comm.Get_rank(), problem)
     if args.gloo_worker:
         return gloo_worker([parse_size(s) for s in args.sizes.split(",")], np.dtype(args.dtype), args.repeats)
-    comm = MPI.COMM_WORLD
     rank, p = comm.Get_rank(), comm.Get_size()
     dtype = np.dtype(args.dtype)
     cores = os.cpu_count() or 1
     sizes = [parse_size(s) for s in args.sizes.split(",")] if args.sizes else machine_sizes(p, cores, free_memory())
+    if args.sizes and (problem := memory_problem(comm, sizes, algorithms)) is not None:
+        refuse(rank, problem)
     args.sizes = ",".join(str(n) for n in sizes)  # what the gloo column's workers measure too
     budget = Budget(args.budget)
     comm.Barrier()  # every rank has its Ctrl-C handler before the plan says Ctrl-C stops it

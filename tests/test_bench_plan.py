@@ -44,3 +44,49 @@ def test_an_unknown_algorithm_is_one_line_before_any_message(capsys):
     assert stop.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "--algorithms: unknown 'rign': expected mpi or auto, " in err
+
+
+@pytest.mark.parametrize(
+    "argv, problem",
+    [
+        (["--sizes", "garbage"], "--sizes 'garbage': expected bytes per rank"),
+        (["--sizes", "1K,nan"], "--sizes '1K,nan': expected bytes per rank"),
+        (["--sizes", "6"], "--sizes '6': each size must be a positive multiple of 4 bytes"),
+        (["--repeats", "-2"], "--repeats -2: must be >= 1"),
+        (["--budget", "nan"], "--budget nan: must be a finite number of seconds > 0"),
+        (["--budget", "-1"], "--budget -1.0: must be a finite number"),
+        (["--dtype", "object"], "--dtype 'object': expected one of float32, float64"),
+        (["--plot", "/dev/full"], "--plot /dev/full: cannot be written (No space left on device)"),
+        (["--sizes", "1T"], "--sizes '1T': expected bytes per rank"),
+    ],
+)
+def test_a_bad_flag_is_one_line_before_any_message(capsys, argv, problem):
+    """Issue 32: each was a traceback (or, --budget nan, accepted); --plot unwritable failed after the run."""
+    from collectives.bench import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["--no-calibrate", "--algorithms", "ring", *argv])
+    out, err = capsys.readouterr()
+    assert stop.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"python -m collectives.bench: error: {problem}"), err
+    assert "# plan" not in out
+
+
+def test_sizes_that_do_not_fit_in_memory_are_refused_naming_sizes(capsys, monkeypatch):
+    """mpiexec -n 2 ... --sizes 4G was ended by the kernel's OOM killer; now one line before any message."""
+    from collectives import bench
+
+    monkeypatch.setattr(bench, "free_memory", lambda: 1 << 30)
+    with pytest.raises(SystemExit) as stop:
+        bench.main(["--no-calibrate", "--algorithms", "ring,tree", "--sizes", "1K,256M"])
+    err = capsys.readouterr().err.strip()
+    assert stop.value.code == 2 and err.startswith("python -m collectives.bench: error: --sizes: 256M per rank"), err
+    assert "1 ranks x 7 arrays" in err and "more than the 1.0 GiB available" in err, err
+
+
+def test_the_plot_folder_is_made(tmp_path):
+    from collectives.bench import main
+
+    path = tmp_path / "new" / "deeper" / "bench.png"
+    rows = main(["--no-calibrate", "--algorithms", "ring", "--sizes", "1K", "--repeats", "3", "--plot", str(path)])
+    assert rows and path.is_file()

@@ -30,6 +30,7 @@ import socket
 import uuid
 from typing import Any
 
+from collectives.paths import unwritable
 from minidl.distributed import checkpoint_schedule
 from minidl.distributed.checkpoint_schedule import RUN_ID_VARIABLE
 from minidl.distributed.usage import UsageError
@@ -39,23 +40,9 @@ OUTPUT_FLAGS = ("--save", "--log-json", "--timeline")  # the paths a run writes
 
 def writable(path: str, flag: str) -> None:
     """Make ``path``'s folders; raise ``UsageError`` naming ``flag`` if ``path`` cannot be written there."""
-    if os.path.isdir(path):
-        raise UsageError(f"{flag} {path}: is a folder; give a file name in it")
-    folder = os.path.dirname(os.path.abspath(path))
-    try:
-        os.makedirs(folder, exist_ok=True)
-    except OSError as e:
-        raise UsageError(f"{flag} {path}: cannot make the folder {folder} ({e.strerror})") from None
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise UsageError(f"{flag} {path}: the folder {folder} is not writable")
-    if os.path.exists(path) and not os.access(path, os.W_OK):
-        raise UsageError(f"{flag} {path}: the file exists and is not writable")
-    if os.path.exists(path) and not os.path.isfile(path):  # a device: /dev/full takes nothing, /dev/null anything
-        try:
-            with open(path, "ab", buffering=0) as f:
-                f.write(b"\n")
-        except OSError as e:
-            raise UsageError(f"{flag} {path}: cannot be written ({e.strerror})") from None
+    problem = unwritable(path)
+    if problem is not None:
+        raise UsageError(f"{flag} {path}: {problem}")
 
 
 def check_log(path: str, appends: bool) -> None:
