@@ -48,7 +48,7 @@ def describe_failure(
     case = outcome.case
     name = getattr(fn, "__qualname__", repr(fn))
     broken = [p for p, _ in outcome.failures]
-    signature = f" with the signature fn({', '.join(roles)})" if roles else ""
+    signature = f" with the signature fn({getattr(roles, 'text', '') or ', '.join(roles)})" if roles else ""
     lines = [f"{name} breaks {', '.join(repr(p) for p in broken)} as {case.collective}{signature}"]
     lines += [f"  {prop}: {what}" for prop, what in outcome.failures]
     intermittent = any(note.startswith("intermittent") for note in notes)

@@ -39,6 +39,12 @@ ROLES = ("comm", "x", "buf", "recv", "f", "op", "mpiop", "root", "b", "counts", 
 OP_ROLES = ("f", "op", "mpiop")
 
 
+class Roles(tuple):
+    """The canonical roles, remembering the words the user gave them (``text``) for the report."""
+
+    text: str = ""
+
+
 def internal(collective: str, inplace: bool = False) -> list[str]:
     """The kit's own parameter names for ``collective``: 'fn(comm, x, f, root)' -> [comm, x, f, root]."""
     spec = COLLECTIVES[collective]
@@ -53,6 +59,8 @@ def parse(text: str | Sequence[str] | None, collective: str, inplace: bool = Fal
     """
     if text is None or text == "":
         return None
+    if isinstance(text, Roles):
+        return text
     names = [r.strip() for r in (text.split(",") if isinstance(text, str) else text)]
     roles = [ALIASES.get(r, r) for r in names]
     mine = internal(collective, inplace)
@@ -79,7 +87,9 @@ def parse(text: str | Sequence[str] | None, collective: str, inplace: bool = Fal
         missing.remove("b")
     if missing:
         raise ValueError(f"--signature: {collective} needs a {missing[0]!r} role ({', '.join(mine)})")
-    return tuple(roles)
+    parsed = Roles(roles)
+    parsed.text = ", ".join(names)
+    return parsed
 
 
 def recv_size(case: Case, q: int, r: int) -> int:
