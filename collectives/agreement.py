@@ -42,6 +42,7 @@ messages. Callers that know their ranks agree may pass ``check=False`` to the al
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -295,6 +296,25 @@ def check_sendable(dtype: np.dtype, call: str) -> None:
         )
 
 
+NOT_A_RANK = -3  # the header's root of a root that is no int (0.0, "0"): the handshake then fails where others differ
+
+
+def root_code(root: Any) -> int:
+    """``root`` as the header's int: itself for an int (not a bool), else NOT_A_RANK (``check_root`` says why)."""
+    try:
+        return NOT_A_RANK if isinstance(root, bool) else operator.index(root)
+    except TypeError:
+        return NOT_A_RANK
+
+
+def check_root(root: Any, call: str, p: int) -> None:
+    """After the handshake (so every rank raises alike): a root is an int rank in 0..p-1."""
+    if root_code(root) == NOT_A_RANK:
+        raise TypeError(f"{call}: root must be a rank, an int in 0..{p - 1}, got {root!r} ({type(root).__name__})")
+    if not 0 <= root < p:
+        raise ValueError(f"{call}: root {root} out of range for {p} ranks")
+
+
 def agree(comm: Any, x: Any, op: str | None, call: str, root: int = -1, check: bool = True, varying: bool = False):
     """Check that every rank brings the same shape, dtype, op and root; return (flat x, op function).
 
@@ -303,11 +323,12 @@ def agree(comm: Any, x: Any, op: str | None, call: str, root: int = -1, check: b
     is validated after the handshake, so a bad op or dtype raises on every rank alike.
     """
     x = as_native_array(x)
+    code = root_code(root)
     if check and comm.Get_size() > 1:
-        head = header_bytes(None, x.dtype, op or "", call, root) if varying else header(x, op or "", call, root)
+        head = header_bytes(None, x.dtype, op or "", call, code) if varying else header(x, op or "", call, code)
         raise_unless_agreed(comm, head, handshake(comm, head)[1])
-    if not 0 <= root < comm.Get_size() and root != -1:
-        raise ValueError(f"{call}: root {root} out of range for {comm.Get_size()} ranks")
+    if root != -1:
+        check_root(root, call, comm.Get_size())
     check_sendable(x.dtype, call)
     f = reduction(op, x.dtype) if op is not None else None
     return x.reshape(-1), f
@@ -337,7 +358,7 @@ def checked_reduction(schedule: Callable, call: str, carries_short: bool = False
                 return out.reshape(shape)  # the handshake was the allreduce
         if error is not None:
             raise error
-        from collectives.loc import wire
+        from collectives.wire_format import wire
 
         return schedule(wire(comm, x.dtype), flat, f).reshape(shape)
 
@@ -387,13 +408,13 @@ def agree_with_root(comm: Any, x: Any, call: str, root: int, same_as_root: bool)
     the root's shape.
     """
     p, rank = comm.Get_size(), comm.Get_rank()
-    _, agreed = handshake(comm, header(None, "", call, root))
+    code = root_code(root)
+    _, agreed = handshake(comm, header(None, "", call, code))
     mine = None if x is None or (rank != root and not same_as_root) else as_native_array(x)
-    table = exchange_headers(comm, header(mine, "", call, root))
+    table = exchange_headers(comm, header(mine, "", call, code))
     if not agreed:  # on a rank of any collective whose handshake failed: the same message
         raise_mismatch(table, disagreement(table))
-    if not 0 <= root < p:
-        raise ValueError(f"{call}: root {root} out of range for {p} ranks")
+    check_root(root, call, p)
     ref, shape = parse(table[root])
     if shape is None:
         raise_mismatch(table, f"the root (rank {root}) passed no array")

@@ -35,7 +35,7 @@ from collectives.algorithms import dissemination, exchange, naive, prefix, raben
 from collectives.algorithms.fold import allgather_blocks
 from collectives.auto import auto_algorithm
 from collectives.common import block_bounds, bounds_of
-from collectives.loc import wire
+from collectives.wire_format import wire
 
 PAGES = {  # the allreduce pages by name; each page's allreduce(comm, flat x, f) is the bare schedule
     "naive": naive,

@@ -12,7 +12,7 @@ Ties go to the smaller index, so the op is commutative and associative and every
 the same pairs on every rank. NaN values compare false both ways (then the pair with the smaller
 index wins, whatever the order: deterministic, but a NaN is not treated as a maximum).
 
-On the wire the pairs travel as raw bytes (``BytesComm``): mpi4py has no MPI datatype for a NumPy
+On the wire the pairs travel as raw bytes (collectives/wire_format.py): mpi4py has no MPI datatype for a NumPy
 structured dtype, and the bytes are the same on every rank of one machine type. Against MPI's own
 MAXLOC (tests/mpi) the pairs are laid out as MPI's C structs: ``pairs(v, i, mpi_layout=True)``.
 """
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from collectives import common
-from collectives.communicators import CommView
+from collectives.wire_format import BytesComm, wire  # noqa: F401  (their old place)
 
 
 def pairs(values: Any, index: Any, mpi_layout: bool = False) -> np.ndarray:
@@ -62,22 +62,3 @@ class LocOp:
 
 MAXLOC = common.OPS["maxloc"] = LocOp("maxloc", np.greater)
 MINLOC = common.OPS["minloc"] = LocOp("minloc", np.less)
-
-
-def _raw(buf: Any) -> Any:
-    """A structured array as its bytes (a view); anything else unchanged."""
-    if isinstance(buf, np.ndarray) and buf.dtype.names is not None:
-        return buf.reshape(-1).view(np.uint8)
-    return buf
-
-
-class BytesComm(CommView):
-    """``comm`` whose structured-array messages travel as bytes; the point-to-point subset only."""
-
-    def _buf(self, buf: Any) -> Any:
-        return _raw(buf)
-
-
-def wire(comm: Any, dtype: np.dtype) -> Any:
-    """The communicator an algorithm should use for arrays of ``dtype``: BytesComm for pairs."""
-    return BytesComm(comm) if dtype.names is not None else comm

@@ -22,7 +22,7 @@ from collectives.algorithms.hierarchical import NAMES, SCHEDULES, predict
 from collectives.auto import auto_algorithm
 from collectives.common import Op
 from collectives.communicators import CommView
-from collectives.loc import wire
+from collectives.wire_format import wire
 
 
 class GroupComm(CommView):

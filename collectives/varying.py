@@ -28,15 +28,17 @@ from collectives.agreement import (
     MismatchError,
     agree_with_root,
     as_native_array,
+    check_root,
     check_sendable,
     handshake,
     header_bytes,
     raise_unless_agreed,
+    root_code,
 )
 from collectives.algorithms import naive, recursive_doubling, ring
 from collectives.algorithms.exchange import pairwise
 from collectives.common import bounds_of
-from collectives.loc import wire
+from collectives.wire_format import wire
 
 
 def _counts_in_handshake(comm: Any, dtype: np.dtype, call: str, mine: np.ndarray) -> np.ndarray:
@@ -82,12 +84,11 @@ def gatherv(comm: Any, x: Any, root: int = 0) -> tuple[np.ndarray | None, list[i
     x = as_native_array(x).reshape(-1)
     rank, p = comm.Get_rank(), comm.Get_size()
     onehot = np.zeros(p + 1, np.int64)
-    onehot[rank], onehot[p] = x.size, root  # the last slot adds up to p * root if every rank names the same root
+    onehot[rank], onehot[p] = x.size, root_code(root)  # adds up to p * root if every rank names the same root
     total = _counts_in_handshake(comm, x.dtype, "gatherv", onehot)
-    if total[p] != p * root:
+    if total[p] != p * root_code(root):
         raise MismatchError("gatherv: ranks disagree on the root (every rank raises this error)")
-    if not 0 <= root < p:
-        raise ValueError(f"gatherv: root {root} out of range for {p} ranks")
+    check_root(root, "gatherv", p)
     counts = total[:p].tolist()
     return naive.gatherv(wire(comm, x.dtype), x, bounds_of(counts), root), counts
 

@@ -296,7 +296,7 @@ def test_communicators_get_sendrecv_from_one_base_each():
     """GroupComm and BytesComm pass Sendrecv on as one Sendrecv (a trace keeps one row); TimeoutComm builds it from
     Irecv, Isend and its deadline, and a Sendrecv that waits past it is named in the error."""
     from collectives.communicators import CommView, NonblockingSendrecv
-    from collectives.loc import BytesComm
+    from collectives.wire_format import BytesComm
     from minidl.distributed.timeout import CommTimeoutError, TimeoutComm
 
     assert issubclass(nodes.GroupComm, CommView) and issubclass(BytesComm, CommView)

@@ -63,7 +63,7 @@ import numpy as np
 from collectives import cost
 from collectives.algorithms import ring, tree
 from collectives.common import Op, block_bounds
-from collectives.loc import wire
+from collectives.wire_format import wire
 
 Across = Callable[[Any, np.ndarray, Op], np.ndarray]  # step 2: (cross communicator, block, f) -> the block's f
 
