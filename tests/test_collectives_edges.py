@@ -111,3 +111,25 @@ def test_allreduce_without_the_check_documents_its_price():
     res = collectives.simulate(2, call, timeout=20)
     assert "truncated" in str(res[0]) and res[1].shape == (4,)
     assert "message truncated" in collectives.allreduce.__doc__
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda comm, root: collectives.reduce(comm, np.ones(3), root=root),
+        lambda comm, root: collectives.broadcast(comm, np.ones(3), root=root),
+        lambda comm, root: collectives.gather(comm, np.ones(3), root=root),
+        lambda comm, root: collectives.gatherv(comm, np.ones(3), root=root),
+        lambda comm, root: collectives.scatter(comm, np.ones((3, 2)), root=root),
+    ],
+)
+@pytest.mark.parametrize("root", [0.0, "0", True, None])
+def test_a_root_that_is_not_an_int_is_named_on_every_rank(call, root):
+    """Issue 32: reduce(..., root=0.0) failed with "unsupported operand type(s) for &"."""
+    msg = errors_on_every_rank(3, lambda comm: call(comm, root), TypeError)
+    assert f"root must be a rank, an int in 0..2, got {root!r} ({type(root).__name__})" in msg, msg
+
+
+def test_a_root_given_as_a_numpy_int_is_a_rank():
+    res = collectives.simulate(2, lambda comm: collectives.reduce(comm, np.ones(3), root=np.int64(1)))
+    assert res[0] is None and np.array_equal(res[1], [2.0, 2.0, 2.0])
