@@ -240,3 +240,25 @@ def test_layout_marks_exactly_the_core_files_as_core():
         else:
             marked |= set(paths)
     assert marked == set(CORE_BUDGET), (sorted(marked - set(CORE_BUDGET)), sorted(set(CORE_BUDGET) - marked))
+
+
+def test_mpi4py_is_imported_only_where_minidl_distributed_says():
+    """minidl/distributed/__init__.py's claim: no module imports mpi4py at import time, and in minidl only
+    minidl.distributed and minidl.tools.info import it at all (inside the functions that need it)."""
+    at_import, anywhere = set(), set()
+    for package in PACKAGES:
+        for path in package.rglob("*.py"):
+            tree = ast.parse(path.read_text())
+            name = _module_name(path)
+            for node in ast.walk(tree):
+                mods = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+                mods += [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+                if any(m.split(".")[0] == "mpi4py" for m in mods):
+                    anywhere.add(name)
+                    if node in tree.body:
+                        at_import.add(name)
+    assert not at_import, f"mpi4py imported at module level: {sorted(at_import)}"
+    minidl_users = {m for m in anywhere if m.startswith("minidl.")}
+    assert minidl_users and all(
+        m.startswith("minidl.distributed.") or m == "minidl.tools.info" for m in minidl_users
+    ), sorted(minidl_users)

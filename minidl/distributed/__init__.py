@@ -61,7 +61,10 @@ Where each scheme lives
 
 Every function takes an optional ``comm=``; ``None`` means the one ``init()`` stored (per thread, so
 the thread-ranks of ``collectives.simulate(P, fn)`` each call ``dist.init(comm)`` with their own).
-Only this package imports mpi4py; ``collectives`` supplies the algorithms and the simulated communicator.
+In minidl only this package imports mpi4py (and minidl/tools/info.py, which names the MPI library without starting
+it); in ``collectives``, which supplies the algorithms and the in-process communicator, only what runs on a real MPI
+job does (nodes.py's shared-memory nodes, bench.py, calibrate, the kit's --mpi mode). Each imports it inside the
+function that needs it, so ``import minidl`` and ``import collectives`` work without MPI (tests/test_import_graph.py).
 """
 
 from minidl.distributed.checkpoint import checkpoint_info, load_checkpoint, rng_state, save_checkpoint, set_rng_state
