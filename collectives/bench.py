@@ -353,9 +353,8 @@ def plot(rows: list[dict], path: str) -> None:
     fig.savefig(path, dpi=110)
 
 
-def main(argv: list[str] | None = None) -> list[dict] | dict:
-    from mpi4py import MPI
-
+def _parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m collectives.bench``."""
     parser = argparse.ArgumentParser(prog="python -m collectives.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", help="bytes per rank, comma-separated (1K, 4M, ...; default: from the machine)")
     parser.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S, help="seconds in all, shared by the sizes")
@@ -372,6 +371,13 @@ def main(argv: list[str] | None = None) -> list[dict] | dict:
     parser.add_argument("--plot", metavar="PNG", nargs="?", const=DEFAULT_PLOT, help=f"save a figure ({DEFAULT_PLOT})")
     parser.add_argument("--torch-gloo", action="store_true", help="add torch.distributed gloo's all_reduce time")
     parser.add_argument("--gloo-worker", action="store_true", help=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> list[dict] | dict:
+    from mpi4py import MPI
+
+    parser = _parser()
     args = parser.parse_args(argv)
     known = ("auto", *collectives.ALGORITHMS)
     algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip() and a.strip() != "mpi"]
