@@ -174,16 +174,9 @@ class TraceComm:
         source = self._peer(source, "Recv", True)
         self.rows.append((RECV, source, tag, self._received(buf, tag), -1, -1, 0, -1, self.context))
 
-    def Sendrecv(
-        self,
-        sendbuf: Any,
-        dest: int,
-        sendtag: int = 0,
-        recvbuf: Any = None,
-        source: int = ANY_SOURCE,
-        recvtag: int = ANY_TAG,
-        status: Any = None,
-    ) -> None:
+    def Sendrecv(self, sendbuf: Any, dest: int, sendtag: int = 0, recvbuf: Any = None, source: int = ANY_SOURCE,
+                 recvtag: int = ANY_TAG, status: Any = None) -> None:  # fmt: skip
+        """One SENDRECV row (its own call, not an Irecv and an Isend: the replay models it as one exchange)."""
         if recvbuf is None:
             raise TypeError("Sendrecv: recvbuf is required (buffer-based calls only)")
         if not (0 <= dest < self._size and 0 <= source < self._size):
