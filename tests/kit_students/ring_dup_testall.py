@@ -18,10 +18,11 @@ def allreduce(send, recv, comm, op):
     tmp = np.empty(n // size + 1)
     right, left = (rank + 1) % size, (rank - 1) % size
     if size > 1:
-        own.Isend(np.zeros(1), dest=right, tag=99).Wait()  # a hello to the right neighbour
+        hello = own.Isend(np.zeros(1), dest=right, tag=99)  # a hello to the right neighbour
         while not own.Iprobe(source=left, tag=99):
             pass
         own.Recv(np.empty(1), source=left, tag=99)
+        hello.Wait()
     for step in range(size - 1):
         s, r = (rank - step) % size, (rank - step - 1) % size
         m = lo[r + 1] - lo[r]
