@@ -64,3 +64,19 @@ def test_busy_note_names_the_least_served_rank_on_every_rank():
     notes = collectives.simulate(3, run, [0.95, 0.52, 0.9], timeout=30)
     assert all(n == notes[0] for n in notes) and "a rank had 52% of a core" in notes[0][0]
     assert collectives.simulate(2, run, [0.95, 0.9], timeout=30) == [[], []]
+
+
+def test_docs_using_md_shows_the_verdict_the_demo_prints():
+    """docs/using.md's demo ending: its gap line is what LMTask.verdict prints for its score line's numbers."""
+    import re
+    from pathlib import Path
+
+    from minidl.data.corpus_gen import generated_corpus
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "using.md").read_text()
+    score = re.search(r"^test perplexity ([\d.]+) \| corpus optimum ([\d.]+) .*?\| (\d+) steps in", page, re.M)
+    shown = re.search(r"^gap .*$", page, re.M)
+    assert score and shown, "docs/using.md: the demo's ending is gone"
+    task = SimpleNamespace(corpus=generated_corpus("default", seed=0))
+    gap = float(score.group(1)) / float(score.group(2)) - 1
+    assert LMTask.verdict(task, {"gap": gap, "steps": int(score.group(3))}) == [shown.group(0)]
