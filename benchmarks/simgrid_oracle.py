@@ -4,9 +4,9 @@ Run with the system Python that has SimGrid's bindings (``apt-get install python
 virtualenv: it needs nothing but the standard library and ``simgrid``. It reads one job as JSON on
 stdin and prints the virtual seconds of the slowest rank:
 
-    {"platform": {"topology": "crossbar" (= "switch") | "fattree" | "torus2d", "bandwidth": B/s,
+    {"platform": {"topology": "crossbar" (= "switch") | "fattree" | "torus2d" | "torus3d", "bandwidth": B/s,
                   "latency": s per link, "leaf_size": n, "oversubscription": x, "routing": "trunk" | "static",
-                  "pod_size": n, "spine_oversubscription": x, "dims": [a, b], "limiter": bool},
+                  "pod_size": n, "spine_oversubscription": x, "dims": [a, b, ...], "limiter": bool},
      "gamma": s per byte reduced, "traces": [rank 0's rows, rank 1's rows, ...]}
 
 The rows are collectives.virtual_time.trace's (code, peer, tag, nbytes, source, recvtag, recvbytes,
@@ -66,7 +66,7 @@ def platform_xml(spec: dict, p: int) -> str:
     head = '<?xml version=\'1.0\'?>\n<!DOCTYPE platform SYSTEM "https://simgrid.org/simgrid.dtd">\n<platform version="4.1">\n'
     if topology in ("crossbar", "switch"):
         body = _cluster("c", 0, p - 1, bw, lat, "SPLITDUPLEX")
-    elif topology == "torus2d":
+    elif topology.startswith("torus"):  # torus2d, torus3d, torus: the dims' count
         dims = ",".join(str(d) for d in reversed(spec["dims"]))  # SimGrid's first dimension varies fastest
         limiter = f' limiter_link="{bw!r}Bps"' if spec.get("limiter") else ""  # one link both ways (module doc)
         body = _cluster("c", 0, p - 1, bw, lat, "SPLITDUPLEX", f' topology="TORUS" topo_parameters="{dims}"{limiter}')
