@@ -8,6 +8,9 @@ the default) they share L B / o and each gets B.
 
 from __future__ import annotations
 
+import os
+import re
+
 import pytest
 
 import collectives
@@ -131,3 +134,16 @@ def test_trunk_is_the_default_and_unchanged_for_shifts():
     static = collectives.allreduce_time("ring", 24, N, "crossbar", params, link_latency=1e-6, routing="static", **tree)
     trunk = collectives.allreduce_time("ring", 24, N, "crossbar", params, link_latency=1e-6, routing="trunk", **tree)
     assert default == trunk == pytest.approx(static, rel=1e-9)
+
+
+def test_docs_routed_table_is_the_saved_run():
+    """docs/simulator-validation.md's routed table is what `--table docs/data/simgrid_routed.json` prints."""
+    from benchmarks import validation_tables as vt
+
+    saved = os.path.join(vt.ROOT, "docs", "data", "simgrid_routed.json")
+    rows = vt.load(saved)["rows"]
+    page = open(os.path.join(vt.ROOT, "docs", "simulator-validation.md")).read()
+    section = page.split("### Fat trees routed over separate uplinks", 1)[1].split("\n## ", 1)[0]
+    tables = re.findall(r"```\n( +p  topology.*?)```", section, flags=re.S)
+    assert tables and tables[0].splitlines() == vt.simgrid_table(rows)
+    assert max(abs(vt.error(r)) for r in rows) < 1e-3 and {r["topology"] for r in rows} >= {"ftree2", "ftree3"}
