@@ -4,7 +4,7 @@ A message of n bytes from rank i to rank j costs its path's latency, then n byte
 links give it (Hockney's alpha + n beta when it has the links to itself); a reduction of n bytes
 costs n gamma (collectives/cost.py's CostParams). The latency is the software's alpha (MPI and
 Python per message) plus ``link_latency`` for every link of the route (topology.py's hops: 2 on a
-switch, 2 or 4 on a fat tree, one per hop on a torus), as SimGrid's CM02 model sums its links'
+switch, 2, 4 or 6 on a fat tree, one per hop on a torus), as SimGrid's CM02 model sums its links'
 latencies. ``Network.fabric(p)`` places p ranks and answers, for each pair, the path: (latency,
 the links it crosses, the most one flow may take), and ``hops(src, dst)``.
 

@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--dims", help="torus: its sides, e.g. 8x8 or 4x4x4")
     c.add_argument(
         "--link-latency",
-        help="seconds per link a message crosses, on top of alpha (2 links on a switch, 2-4 on a fat tree, a hop on a torus)",
+        help="seconds per link a message crosses, on top of alpha (2 links on a switch, 2-6 on a fat tree, a hop on a torus)",
     )
     c.add_argument("--params", metavar="FILE", help="cost parameters (alpha, beta, gamma) from calibrate, as JSON")
     c.add_argument("--overlap", action="store_true", help="allreduce each bucket as soon as it is ready")
