@@ -1,5 +1,6 @@
 """minidl: a pure-NumPy reference implementation of deep learning on CPU clusters."""
 
+from minidl import startup  # noqa: F401  first: python -m minidl.train's Ctrl-C in its imports is one line
 from minidl.autograd import Function, enable_grad, is_grad_enabled, no_grad, unbroadcast
 from minidl.creation import arange, eye, full, full_like, ones, ones_like, randn, zeros, zeros_like
 from minidl.gradcheck import GradcheckError, gradcheck, numerical_grad

@@ -5,12 +5,14 @@ mpiexec (as a terminal's Ctrl-C does), which passes it to its ranks; every wait 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
-from helpers.signals import MPIEXEC, interrupt
+from helpers.signals import ENV, MPIEXEC, interrupt
 
 from minidl.serialization import load
 from minidl.train.interrupt import checkpoint_path, resume_command
@@ -80,3 +82,56 @@ def test_ctrl_c_stops_a_parameter_server_job_at_once(tmp_path):
     code, out = interrupt(command, tmp_path, after="| lr ")
     assert code == 130, out
     assert "interrupted: a parameter server keeps no checkpoint; stopped at once" in out and "Traceback" not in out
+
+
+# Ctrl-C outside the training loop (issue 32, part 2): at every moment one line and status 130, no traceback.
+# The events are the program's own output: -X importtime writes a line per module imported (numpy is imported
+# just after minidl.startup installs its handler; mpi4py before MPI starts), the demo's evaluation takes seconds.
+IMPORTS = [sys.executable, "-X", "importtime", "-m", "minidl.train", "lm", "--quick"]
+
+
+def assert_one_line(code: int, out: str, where: str) -> None:
+    assert code == 130, out
+    assert out.count("interrupted: ") == 1 and f"interrupted: {where}" in out, out
+    assert "Traceback" not in out and "KeyboardInterrupt" not in out and "MPI_Abort" not in out, out
+
+
+def test_ctrl_c_during_the_imports_is_one_line(tmp_path):
+    code, out = interrupt(IMPORTS, tmp_path, after="numpy")
+    assert_one_line(code, out, "during start-up (imports, MPI, data, model), before the first step; nothing saved")
+
+
+@pytest.mark.skipif(MPIEXEC is None, reason="needs mpiexec")
+@pytest.mark.parametrize("mode", ["data", "ps"])
+def test_ctrl_c_during_mpi_start_up_is_one_line(tmp_path, mode):
+    ranks = "3" if mode == "ps" else "2"
+    code, out = interrupt([MPIEXEC, "-n", ranks, *IMPORTS, "--parallel", mode], tmp_path, after="| mpi4py")
+    assert_one_line(code, out, "during start-up")
+
+
+def test_ctrl_c_during_the_final_test_evaluation_is_one_line(tmp_path):
+    """The event: the final checkpoint (--save) appears, written after the loop gave Ctrl-C back; then the demo
+    preset's test evaluation takes seconds (2.6 s here, loaded), and the signal lands in it."""
+    save = tmp_path / "lm.npz"
+    command = [sys.executable, "-m", "minidl.train", "lm", "--max-steps", "1", "--save", str(save)]
+    proc = subprocess.Popen(
+        command,
+        cwd=tmp_path,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not save.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)  # polling for the event, under a generous deadline
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert_one_line(proc.returncode, out, "after training, during the final checkpoint and test evaluation")
+    assert "test perplexity" not in out, out

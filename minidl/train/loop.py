@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from minidl import startup
 from minidl.distributed import checkpoint_schedule
 from minidl.distributed.strategy import check_position
 from minidl.distributed.usage import UsageExit, print_error
@@ -118,7 +119,8 @@ def fit(task: Any, strategy: Strategy, args: Any, preset: str) -> dict[str, Any]
         else:
             train_epochs(task, strategy, args, preset, pos, log, watch)
     finally:
-        watch.close()
+        watch.close()  # a Ctrl-C from here on: startup.py's one line, and exit 130
+    startup.phase("after training, during the final checkpoint and test evaluation (checkpoints written stay)")
     log.speed.pause()
     share = (time.process_time() - clocks[0]) / max(time.perf_counter() - clocks[1], 1e-9)
     if args.save:
