@@ -5,5 +5,6 @@ import sys
 from minidl.tools import info
 
 if __name__ == "__main__":
-    sys.exit(info.main())
+    info.main()
+    sys.exit(0)
 sys.modules[__name__] = info  # ``import minidl.info`` is the tool's module itself
