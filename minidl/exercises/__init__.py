@@ -31,7 +31,7 @@ kit's shrunk report, with the messages of the failing run); an unwritten functio
 implemented yet: <function>". ``--submit`` runs inputs drawn from a fresh random seed and hidden cases
 whose expected outputs are stored only as SHA-256 hashes (hashes.py), so a solution tuned to the visible
 cases is found out. No checker imports a solution: the oracles are minidl's own tools. ``check`` runs the
-student's code in a process of its own under a time limit (``--time-limit``, default 60 s), so an endless
+student's code in a process of its own under a time limit (``--time-limit``, default 180 s), so an endless
 loop, a sleep, ``sys.exit`` or ``os._exit`` is a FAIL with its reason.
 """
 

@@ -3,11 +3,12 @@
 
 Exit status of ``check``: 0 pass, 1 fail, 2 usage error (no such exercise or file). ``check`` runs the
 student's code in a child process (``collectives.kit.grade.run_isolated``) under a time limit
-(``--time-limit``, default 60 s; the slowest exercise's --submit takes 7 s here) and a memory limit: a loop
-that never ends, a sleep, ``sys.exit`` or ``os._exit`` in the student's code is a FAIL with its reason,
-never a pass. ``grade`` runs ``check --submit`` (hidden cases included) on every copy of one exercise in
-DIR, each in its own process, with one seed for the whole class, and prints collectives.check --grade's
-table (see collectives/kit/grade.py).
+(``--time-limit``, default 180 s; the slowest exercise's --submit takes 7 s on a quiet machine, 39 s with
+the load average at 14 on 2 cores) and a memory limit: a loop that never ends, a sleep, ``sys.exit`` or
+``os._exit`` in the student's code is a FAIL with its reason, never a pass; Ctrl-C ends it, exit 130.
+``grade`` runs ``check --submit`` (hidden cases included) on every copy of one exercise in DIR, each in
+its own process, with one seed for the whole class, and prints collectives.check --grade's table (see
+collectives/kit/grade.py).
 """
 
 from __future__ import annotations
@@ -80,7 +81,11 @@ def _check(ex: Exercise, args: argparse.Namespace) -> int:
         args.seed = secrets.randbelow(2**31)
     if args.here:
         return _check_here(ex, path, args)
-    done = run_isolated(_child(ex, path, args.submit, args.seed), timeout=args.time_limit)
+    try:
+        done = run_isolated(_child(ex, path, args.submit, args.seed), timeout=args.time_limit)
+    except KeyboardInterrupt:  # the check's process is ended with it
+        print(f"interrupted: {ex.name} not checked", file=sys.stderr)
+        return 130
     verdict, why, _ = _judge(ex, args.submit, done, f"{args.time_limit:g} s (--time-limit)")
     sys.stdout.write(done.output)
     if verdict == "passed":
@@ -161,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     which.add_argument("--file", help="check this file instead")
     check.add_argument("--submit", action="store_true", help="also run fresh random inputs and the hidden cases")
     check.add_argument("--seed", type=int, help="the seed of --submit's random inputs (default: drawn now)")
-    check.add_argument("--time-limit", type=float, default=60.0, help="seconds the check may run (default 60)")
+    check.add_argument("--time-limit", type=float, default=180.0, help="seconds the check may run (default 180)")
     check.add_argument("--here", action="store_true", help=argparse.SUPPRESS)  # the child: no process of its own
     grade = sub.add_parser("grade", help="check --submit every copy of one exercise in DIR, each in its own process")
     grade.add_argument("grade", metavar="DIR", help="the folder of the class's copies")
