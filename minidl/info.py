@@ -6,5 +6,5 @@ from minidl.tools import info
 
 if __name__ == "__main__":
     info.main()
-    sys.exit(0)
-sys.modules[__name__] = info  # ``import minidl.info`` is the tool's module itself
+else:
+    sys.modules[__name__] = info  # ``import minidl.info`` is the tool's module itself

@@ -6,4 +6,5 @@ from minidl.tools import launch
 
 if __name__ == "__main__":
     sys.exit(launch.main())
-sys.modules[__name__] = launch  # ``import minidl.launch`` is the tool's module itself
+else:
+    sys.modules[__name__] = launch  # ``import minidl.launch`` is the tool's module itself

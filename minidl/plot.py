@@ -6,4 +6,5 @@ from minidl.tools import plot
 
 if __name__ == "__main__":
     sys.exit(plot.main())
-sys.modules[__name__] = plot  # ``import minidl.plot`` is the tool's module itself
+else:
+    sys.modules[__name__] = plot  # ``import minidl.plot`` is the tool's module itself
