@@ -101,3 +101,15 @@ def test_last_use_is_reset_when_a_backward_raises():
     with pytest.raises(ValueError, match="boom"):
         y.sum().backward()
     assert fn.last_use is False
+
+
+def test_the_chain_rule_call_stands_in_the_backward_loop():
+    """docs/core.md's first stop: the loop of autograd.backward calls each Function's backward itself (micrograd's
+    shape), with Sweep's before/after around it, so a reader sees the chain rule in the loop."""
+    import inspect
+
+    from minidl import autograd
+
+    loop = inspect.getsource(autograd.backward)
+    call, before, after = (loop.index(s) for s in ("fn.backward(*out_grads)", "sweep.before(", "sweep.after("))
+    assert before < call < after
