@@ -173,7 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if any(a == "--grade" or a.startswith("--grade=") for a in argv):  # a class's files, each in its own process
         from collectives.kit.grade import main as grade
 
-        return grade(argv)
+        return grade(argv, parse)  # the check's own parser, for the options it passes on
     try:
         args = parse(argv)  # argparse exits 2 on its own errors
     except SystemExit as stop:

@@ -367,9 +367,9 @@ def kit_usage(output: str) -> str | None:
     return lines[-1].split(": ", 1)[1] if lines else None
 
 
-def main(argv: Sequence[str]) -> int:
-    """``python -m collectives.check --grade DIR ...``: options not named here go to every check."""
-    from collectives.check import parse
+def main(argv: Sequence[str], parse: Callable[[Sequence[str]], object]) -> int:
+    """``python -m collectives.check --grade DIR ...``: options not named here go to every check; ``parse``
+    is the check's own parser (collectives/check.py passes it), which refuses a bad one before any submission runs."""
     from collectives.kit.spec import COLLECTIVES
 
     ap = argparse.ArgumentParser(
