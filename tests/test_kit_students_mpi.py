@@ -35,6 +35,7 @@ def oracle(entry: dict, run: dict) -> tuple[dict, str]:
         cmd += ["--n", str(n)]
     cmd += ["--ops", run.get("ops", "sum"), "--op-style", entry.get("op_style", "python")]
     cmd += ["--root", str(run.get("root", 0)), "--calls", str(run.get("calls", 2)), "--timeout", str(timeout)]
+    cmd += ["--comm", run.get("comm", "dup")]
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 60, env=env)
     for line in proc.stdout.splitlines():

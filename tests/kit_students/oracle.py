@@ -6,7 +6,8 @@ It does not use collectives' kit. Run it under mpiexec:
         --signature send,recv,comm,op --n 10 [--n 1000 ...] [--ops sum,max] [--root 0] [--calls 2]
 
 Every rank draws its input from the seed (so every rank knows every input), calls the function
-`--calls` times per (n, op) on a duplicate of COMM_WORLD, and checks on every rank: the result against
+`--calls` times per (n, op) on a duplicate of COMM_WORLD (or, with --comm reversed, on a communicator
+whose ranks are COMM_WORLD's in reverse order; inputs and root go by the rank in that communicator), and checks on every rank: the result against
 NumPy (allreduce/reduce: the sum or maximum over ranks; broadcast: the root's input; allgather: the
 inputs side by side), that the inputs are unchanged, the result's shape and dtype, that a reduce's
 non-root ranks return None and leave `recv` as it was (zeros), and that every rank holds the same bits.
@@ -98,6 +99,7 @@ def main() -> int:
     ap.add_argument("--calls", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=10.0)
+    ap.add_argument("--comm", choices=("dup", "reversed"), default="dup", help="reversed: ranks in reverse order")
     args = ap.parse_args()
 
     world = MPI.COMM_WORLD
@@ -105,7 +107,8 @@ def main() -> int:
     root = args.root % p
     roles = [ROLE_ALIASES.get(r.strip(), r.strip()) for r in args.signature.split(",")]
     fn = _load(args.file, args.function)
-    comm = world.Dup()
+    comm = world.Dup() if args.comm == "dup" else world.Split(0, p - 1 - rank)
+    me = comm.Get_rank()  # the rank the student's code sees: inputs and root go by it
     info = {"file": os.path.basename(args.file), "p": p}
     dog = Watchdog(args.timeout, rank, info)
     failed = []  # (property, call, n, op) on this rank
@@ -115,7 +118,7 @@ def main() -> int:
         for op in args.ops.split(","):
             for _ in range(args.calls):
                 xs = _inputs(args.seed, call, p, n)
-                x = xs[rank].copy()
+                x = xs[me].copy()
                 want = _expected(args.collective, op, xs, root)
                 recv = np.zeros_like(want) if "recv" in roles else None
                 values = {"comm": comm, "x": x, "recv": recv, "root": root}
@@ -129,8 +132,8 @@ def main() -> int:
                     print(json.dumps({"verdict": "error", "rank": rank, **info, "error": err}), flush=True)
                     world.Abort(4)
                 got = recv if recv is not None else out
-                is_root_only = args.collective == "reduce" and rank != root
-                if not np.array_equal(x, xs[rank]):
+                is_root_only = args.collective == "reduce" and me != root
+                if not np.array_equal(x, xs[me]):
                     failed.append(("inputs-untouched", call, n, op))
                 if is_root_only:
                     if (recv is not None and np.any(recv != 0)) or (recv is None and out is not None):

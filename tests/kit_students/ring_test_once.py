@@ -4,7 +4,7 @@ Passes whole vectors around the ring: Isend to the right, blocking Recv from the
 "to make sure the send went out" before the next step.
 TA: BUG, Test() only asks; a False answer is ignored and the request is never completed: the last Isend
 may still be pending at the return, when `parts` is freed. Under MPICH the neighbour then reads freed
-memory: wrong sums at n = 65536 for p >= 3 (p = 2 happens to be right).
+memory: wrong sums now and then at n = 65536 (timing: in our runs most calls at p = 3, fewer at p = 2).
 """
 
 import numpy as np
