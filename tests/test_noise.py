@@ -63,3 +63,10 @@ def test_the_editable_installs_hide_setuptools_box():
         warnings.filterwarnings("ignore", message=re.escape(message))  # what PYTHONWARNINGS sets
         warnings.warn(box, setuptools_warnings.InformationOnly, stacklevel=1)
     assert caught == [], "the filter does not match setuptools' box"
+
+
+def test_the_tutorials_folder_is_found_from_minidl_tools():
+    """minidl/tools/tutorial.py looked for tutorials/ one folder too low after its move into minidl/tools: figures
+    went to ./tutorial_out and the notebooks of tutorials 07 and 09 could not import the benchmarks' harness."""
+    assert tutorial.TUTORIALS == ROOT / "tutorials" and (tutorial.TUTORIALS / "run_notebooks.py").is_file()
+    assert (tutorial.TUTORIALS.parent / "benchmarks" / "compare.py").is_file()

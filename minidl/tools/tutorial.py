@@ -26,7 +26,7 @@ from typing import Any
 
 from minidl.tools.measure import busy_note, interleaved, spread  # noqa: F401  (re-exported for the tutorials)
 
-TUTORIALS = Path(__file__).resolve().parents[1] / "tutorials"
+TUTORIALS = Path(__file__).resolve().parents[2] / "tutorials"  # minidl/tools/tutorial.py -> the repository
 
 
 def quick() -> bool:
