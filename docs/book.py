@@ -250,7 +250,8 @@ def assemble(out: Path, root: Path = ROOT) -> Path:
     for repo_path in sorted(book.code_pages):
         add_code_page(book, repo_path)
     copy_mathjax(book.docs / "assets" / "mathjax")
-    shutil.copy(root / "docs" / "book.css", book.docs / "assets" / "book.css")
+    for asset in ("book.css", "offline.js"):  # mkdocs.yml's extra_css and extra_javascript
+        shutil.copy(root / "docs" / asset, book.docs / "assets" / asset)
     nav_algorithms = [{name: f"code/{path}.md"} for name, path in algorithms.items()]
     nav = [{"Home": "index.md"}, {"Tutorials": chapters}, {"Guide": guide}, {"Algorithm pages": nav_algorithms}]
     return write_config(out, root, nav)

@@ -8,8 +8,10 @@ Two passes over ``site/`` (from ``make docs``):
    status 200, show its article, raise no JavaScript error, request nothing from outside the site
    (the book opens offline), show every image (notebook figures are decoded, not just present), and
    hold no notebook cell that raised (mkdocs-jupyter renders an error as a ``jp-OutputArea-output``
-   of type ``application/vnd.jupyter.stderr`` holding the traceback). A screenshot of each page is kept
-   in ``site-check/``.
+   of type ``application/vnd.jupyter.stderr`` holding the traceback), and wrap no line of a ``<pre>`` (a
+   printed table split mid-word; docs/book.css makes them scroll sideways). A screenshot of each page is
+   kept in ``site-check/``. Opened from the file system, the home page's search box must name the command
+   that serves the book (search cannot run from files).
 
     python docs/check_site.py [--site site] [--shots site-check] [--no-browser]
 
@@ -143,10 +145,22 @@ def _serve(site: Path) -> tuple[http.server.ThreadingHTTPServer, str]:
     return server, f"http://127.0.0.1:{server.server_address[1]}/"
 
 
+# A <pre> (printed output, a table of results, code) whose text takes more rendered lines than it has: one of
+# its lines wrapped. The rendered lines are the distinct tops of the text's boxes (a Range's client rects).
 _PAGE_STATE = """() => ({
   text: (document.querySelector('article') || document.body).innerText.trim().length,
   broken: Array.from(document.images).filter(i => !i.complete || i.naturalWidth === 0)
                .map(i => i.getAttribute('src').slice(0, 80)),
+  wrapped: Array.from(document.querySelectorAll('pre')).filter(p => p.offsetParent !== null).map(p => {
+    const range = document.createRange();
+    range.selectNodeContents(p);
+    const tops = new Set(Array.from(range.getClientRects()).filter(r => r.width > 0 && r.height > 0)
+                           .map(r => Math.round(r.top)));
+    const lines = p.textContent.replace(/\\n+$/, '').split('\\n');
+    if (tops.size <= lines.length) return null;
+    const longest = lines.reduce((a, b) => (b.length > a.length ? b : a), '');
+    return longest.trim().slice(0, 60);
+  }).filter(x => x !== null),
 })"""
 
 
@@ -171,6 +185,7 @@ def check_page(page, base: str, name: str, shot: Path) -> list[Problem]:  # noqa
     if state["text"] == 0:
         seen.append("the page shows no text")
     seen += [f"image not shown: {src}" for src in state["broken"]]
+    seen += [f"a line of printed output wraps (it should scroll sideways): {line!r}" for line in state["wrapped"]]
     for output in page.query_selector_all(ERROR_OUTPUT):
         text = output.inner_text()
         if TRACEBACK in text:
@@ -178,6 +193,27 @@ def check_page(page, base: str, name: str, shot: Path) -> list[Problem]:  # noqa
     shot.parent.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(shot))
     return [Problem(name, what) for what in dict.fromkeys(seen)]
+
+
+OFFLINE_SEARCH = "python -m http.server -d site"  # what the search box says where the book is opened as files
+
+
+def check_offline_search(context, site: Path) -> list[Problem]:  # noqa: ANN001 (a Playwright BrowserContext)
+    """The home page opened from the file system (README: open site/index.html): search cannot run there (a web
+    worker), so the search box must name the command that serves the book (docs/offline.js)."""
+    page = context.new_page()
+    try:
+        page.goto((site / "index.html").resolve().as_uri(), wait_until="load")
+        page.wait_for_timeout(200)
+        told = page.evaluate(
+            "() => Array.from(document.querySelectorAll('.md-search__input, .md-search-result__meta'))"
+            ".map(e => (e.title || '') + ' ' + e.textContent).join(' ')"
+        )
+    finally:
+        page.close()
+    if OFFLINE_SEARCH in told:
+        return []
+    return [Problem("index.html", f"opened from the file system, the search box does not say: {OFFLINE_SEARCH}")]
 
 
 def check_in_browser(site: Path, shots: Path, names: list[str] | None = None) -> list[Problem]:
@@ -197,6 +233,8 @@ def check_in_browser(site: Path, shots: Path, names: list[str] | None = None) ->
                 page = context.new_page()
                 problems += check_page(page, base, name, shots / (name.replace("/", "__") + ".png"))
                 page.close()
+            if "index.html" in names:
+                problems += check_offline_search(context, site)
             browser.close()
     finally:
         server.shutdown()
