@@ -20,6 +20,9 @@ Rank 0 prints one JSON line, the verdict:
 - ``{"verdict": "hung", "rank": r, ...}`` from the first rank whose call ran past ``--timeout`` and exit 3.
 
 A job MPICH aborts itself (an internal error) prints no JSON and exits non-zero.
+
+`--batch MANIFEST` checks, in one job, every manifest run that expects "ok" at this world size (one
+verdict line per run, in manifest order): a test starts 4 jobs instead of one per file and size.
 """
 
 from __future__ import annotations
@@ -86,13 +89,13 @@ class Watchdog:
                 os._exit(3)
 
 
-def main() -> int:
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser()
-    ap.add_argument("file")
-    ap.add_argument("function")
+    ap.add_argument("file", nargs="?")
+    ap.add_argument("function", nargs="?")
     ap.add_argument("--collective", default="allreduce")
     ap.add_argument("--signature", default="send,recv,comm,op")
-    ap.add_argument("--n", type=int, action="append", required=True)
+    ap.add_argument("--n", type=int, action="append")
     ap.add_argument("--ops", default="sum")
     ap.add_argument("--op-style", choices=("python", "mpi", "ufunc"), default="python")
     ap.add_argument("--root", type=int, default=0)
@@ -100,8 +103,31 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=10.0)
     ap.add_argument("--comm", choices=("dup", "reversed"), default="dup", help="reversed: ranks in reverse order")
-    args = ap.parse_args()
+    ap.add_argument("--batch", metavar="MANIFEST", help="every manifest run expected 'ok' at this world size")
+    args = ap.parse_args(argv)
+    if args.batch is None and (args.file is None or args.function is None or not args.n):
+        ap.error("FILE FUNCTION and --n are required (or --batch MANIFEST)")
+    return args
 
+
+def batch(manifest: str) -> list[argparse.Namespace]:
+    """The runs of a manifest that expect 'ok' at this world size, as argument sets (one job checks them all)."""
+    entries = json.loads(open(manifest).read())["files"]
+    folder = os.path.dirname(os.path.abspath(manifest))
+    runs = []
+    for e in entries:
+        for run in e["mpi_runs"]:
+            if run["p"] == MPI.COMM_WORLD.Get_size() and run["expect"] == ["ok"] and "comm" not in run:
+                argv = [os.path.join(folder, e["file"]), e["function"], "--collective", e["collective"]]
+                argv += ["--signature", e["signature"], "--op-style", e.get("op_style", "python")]
+                argv += ["--ops", run.get("ops", "sum"), "--root", str(run.get("root", 0))]
+                argv += ["--calls", str(run.get("calls", 2)), *[f"--n={n}" for n in run["n"]]]
+                runs.append(parse(argv))
+    return runs
+
+
+def judge(args: argparse.Namespace, dog: Watchdog) -> int:
+    """Check one function on one set of cases; rank 0 prints the verdict line. Returns the exit code."""
     world = MPI.COMM_WORLD
     rank, p = world.Get_rank(), world.Get_size()
     root = args.root % p
@@ -110,7 +136,7 @@ def main() -> int:
     comm = world.Dup() if args.comm == "dup" else world.Split(0, p - 1 - rank)
     me = comm.Get_rank()  # the rank the student's code sees: inputs and root go by it
     info = {"file": os.path.basename(args.file), "p": p}
-    dog = Watchdog(args.timeout, rank, info)
+    dog.info, dog.timeout = info, args.timeout
     failed = []  # (property, call, n, op) on this rank
 
     call = 0
@@ -124,7 +150,7 @@ def main() -> int:
                 values = {"comm": comm, "x": x, "recv": recv, "root": root}
                 values["op"] = values["f"] = _op("ufunc" if "f" in roles else args.op_style, op)
                 info.update(n=n, op=op, call=call)
-                dog.deadline = time.monotonic() + args.timeout
+                dog.deadline = time.monotonic() + dog.timeout
                 try:
                     out = fn(*[values[r] for r in roles])
                 except Exception as exc:  # the student's code raised: report it, stop every rank
@@ -161,7 +187,7 @@ def main() -> int:
         flags[PROPS.index(prop), c] = 1
     table = np.zeros((p,) + flags.shape, dtype=np.int64) if rank == 0 else None
     info.update(n=args.n, op=args.ops, call="the oracle's final gather")
-    dog.deadline = time.monotonic() + args.timeout
+    dog.deadline = time.monotonic() + dog.timeout
     world.Gather(flags, table, root=0)
     if rank == 0:
         cases = [(n, op) for n in args.n for op in args.ops.split(",") for _ in range(args.calls)]
@@ -169,7 +195,8 @@ def main() -> int:
         for r, i, c in zip(*np.nonzero(table)):
             report.setdefault(PROPS[i], []).append([int(r), int(c), *cases[c]])
         verdict = "wrong" if report else "ok"
-        summary = {"verdict": verdict, "file": info["file"], "p": p, "n": args.n, "ops": args.ops, "calls": call}
+        summary = {"verdict": verdict, "file": info["file"], "p": p, "n": args.n, "ops": args.ops, "root": args.root}
+        summary["calls"] = call
         print(json.dumps({**summary, "failed": report}), flush=True)
         code = 1 if report else 0
     else:
@@ -177,6 +204,13 @@ def main() -> int:
     comm.Free()
     world.Barrier()
     return code
+
+
+def main() -> int:
+    args = parse()
+    dog = Watchdog(args.timeout, MPI.COMM_WORLD.Get_rank(), {})
+    targets = batch(args.batch) if args.batch else [args]
+    return max([judge(t, dog) for t in targets], default=0)
 
 
 if __name__ == "__main__":
