@@ -63,6 +63,7 @@ def test_auto_takes_polyphase_for_shallow_strided_layers():
     # a 1x1 kernel on a small map: one product over the batch (ResNet-50's last stages)
     assert choose_method((2048, 512, 1, 1), (1, 1), (0, 0), (1, 1), 1, out_pixels=49) == "gemm"
     assert choose_method((2048, 512, 1, 1), (1, 1), (0, 0), (1, 1), 1, out_pixels=196) == "im2col"
+    assert choose_method((64, 32, 1, 1), (2, 2), (0, 0), (1, 1), 1, out_pixels=64) == "im2col"  # ResNet-20's
     assert choose_method((64, 3, 7, 7), (2, 2), (3, 3), (1, 1), 1) == "gemm"  # ResNet-50's stem
 
 

@@ -19,7 +19,7 @@ groups. Dilation d spreads the taps (tap (i, j) reads x_pad[.., d*i + s*oh, d*j 
 Which one runs. ``conv2d(method="auto")``, the default, picks by shape (``choose_method``; the choice
 was measured with ``benchmarks/cnn.py --layers``):
 
-    1x1 kernel, one group, output of >= 128 pixels            "im2col"     (here: its im2col is the input
+    1x1 kernel, one group (not: a large weight, a small map)  "im2col"     (here: its im2col is the input
                                                                             itself, or a subsample)
     stride 1, no dilation, one group, padding < kernel,       "implicit"   (conv_implicit.py: shifted
       K = C*kh*kw < 1024                                                    products, no im2col copy)
@@ -53,6 +53,7 @@ from minidl.tensor import Function, Tensor, get_default_dtype
 METHODS = ("auto", "im2col", "implicit", "gemm", "polyphase")
 GEMM_MIN_DEPTH = 1024  # "auto" takes "gemm" when K = C*kh*kw reaches this (measured: benchmarks/cnn.py --layers)
 GEMM_MAX_PIXELS_1X1 = 128  # and for a 1x1 kernel whose output has fewer pixels than this (measured, as above)
+GEMM_MIN_WEIGHT_1X1 = 2**16  # and whose weight has at least this many entries (ResNet-20's 2,048 keep im2col)
 
 
 class Conv2dFunction(Function):
@@ -91,16 +92,18 @@ class Conv2dFunction(Function):
 
 def choose_method(weight_shape, stride, padding, dilation, groups, out_pixels: int | None = None) -> str:
     """What "auto" runs (measured: ``benchmarks/cnn.py --layers``): "im2col" for 1x1 convolutions (their
-    im2col is the input itself, or a subsample) unless their output has fewer than 128 ``out_pixels`` (OH*OW),
-    "implicit" for stride-1 ones with a shallow K = C*kh*kw, "polyphase" for strided ones with a shallow K
-    (ResNet-20's 3x3 stride-2: 12.9 against 17.9 ms by "gemm", measured), "gemm" otherwise (deep layers,
-    dilation, groups, and 1x1 kernels on small maps: there im2col's one small product per image reads the
+    im2col is the input itself, or a subsample) unless their output has fewer than 128 ``out_pixels`` (OH*OW)
+    and their weight at least 2**16 entries, "implicit" for stride-1 ones with a shallow K = C*kh*kw,
+    "polyphase" for strided ones with a shallow K (ResNet-20's 3x3 stride-2: 12.9 against 17.9 ms by "gemm",
+    measured), "gemm" otherwise (deep layers, dilation, groups, and large 1x1 kernels on small maps: there
+    im2col's one small product per image reads the
     whole weight N times; ResNet-50's 1x1 512 -> 2048 at 2x2, batch 32: 11.5 against 86 ms, at 7x7, batch 8:
     24 against 36 ms; equal at 14x14; and strided kernels above 3x3: ResNet-50's 7x7 stride-2 stem at 224x224,
     batch 8: 121 against 499 ms by "polyphase")."""
     o, cg, kh, kw = weight_shape
     if kh * kw == 1 and groups == 1:
-        return "gemm" if out_pixels is not None and out_pixels < GEMM_MAX_PIXELS_1X1 else "im2col"
+        small_map = out_pixels is not None and out_pixels < GEMM_MAX_PIXELS_1X1
+        return "gemm" if small_map and o * cg >= GEMM_MIN_WEIGHT_1X1 else "im2col"
     if implicit_applies(weight_shape, stride, padding, dilation, groups) and cg * kh * kw < GEMM_MIN_DEPTH:
         return "implicit"
     if dilation == (1, 1) and groups == 1 and cg * kh * kw < GEMM_MIN_DEPTH and kh * kw <= 9:
