@@ -83,12 +83,12 @@ class Flows:
 
     def __init__(self, fabric: Fabric):
         self.capacity, self.fabric = fabric.capacity, fabric
-        self.left = np.zeros(0)  # bytes not yet moved
-        self.rate = np.zeros(0)  # bytes/s since the last sharing
-        self.size = np.zeros(0)  # the message's bytes
-        self.paths: list[Path] = []
-        self.messages: list[tuple] = []
-        self.arrays: list[np.ndarray] = []  # each flow's links, as an array
+        self.rtt = bool(getattr(fabric, "rtt_sharing", False))  # weights_of: 1 / latency
+        # one entry a flow: bytes left, the message's bytes, bytes/s since the last sharing, its path's cap and
+        # latency, how many links it crosses; (send, recv) and its links (an array) as objects
+        self.left, self.size, self.rate, self.cap, self.latency = (np.zeros(0) for _ in range(5))
+        self.count = np.zeros(0, dtype=np.int64)
+        self.messages, self.links = np.empty(0, dtype=object), np.empty(0, dtype=object)
         self.starting: list[tuple] = []  # (send, recv, path) added since the last sharing, at ``now``
         self.now = 0.0
         self.dirty = False  # flows started or ended since the last sharing
@@ -120,31 +120,70 @@ class Flows:
         self.dirty = True
 
     def reshare(self) -> list[tuple]:
-        """Remove the flows that have ended (their messages returned) and share the links among the others."""
-        for send, recv, path in self.starting:
-            if path.links not in self._links:
-                self._links[path.links] = np.array(path.links, dtype=np.int64)
-            self.arrays.append(self._links[path.links])
-            self.paths.append(path)
-            self.messages.append((send, recv))
-        sizes = np.array([float(item[0].nbytes) for item in self.starting])
-        self.left, self.size = np.concatenate([self.left, sizes]), np.concatenate([self.size, sizes])
-        self.starting = []
+        """Remove the flows that have ended (their messages returned) and share the links anew among the flows
+        connected to a change: those that share a link with a flow that started or ended, and those that share
+        one with them, and so on. The others keep their rates: max-min fairness shares each connected set of
+        flows and links on its own (on a torus, a change reaches a few percent of the flows in flight)."""
+        start, self.starting = self.starting, []
+        new = [self._array(path.links) for _, _, path in start]
+        sizes = np.array([float(send.nbytes) for send, _, _ in start])
+        appended = {
+            "left": sizes, "size": sizes, "rate": np.zeros(len(start)),
+            "cap": np.array([path.rate for _, _, path in start], dtype=float),
+            "latency": np.array([path.latency for _, _, path in start], dtype=float),
+            "count": np.array([a.size for a in new], dtype=np.int64),
+            "messages": _objects([(send, recv) for send, recv, _ in start]), "links": _objects(new),
+        }  # fmt: skip
+        for name, values in appended.items():
+            setattr(self, name, np.concatenate([getattr(self, name), values]))
         ended = self.left <= TOLERANCE * self.size
-        done = [self.messages[i] for i in np.flatnonzero(ended)]
-        if ended.any():
-            keep = np.flatnonzero(~ended)
-            self.left, self.size = self.left[keep], self.size[keep]
-            self.paths = [self.paths[i] for i in keep]
-            self.messages = [self.messages[i] for i in keep]
-            self.arrays = [self.arrays[i] for i in keep]
-        count = np.array([a.size for a in self.arrays], dtype=np.int64)
-        flow_of = np.repeat(np.arange(count.size), count)
-        link_of = np.concatenate(self.arrays) if self.arrays else np.zeros(0, dtype=np.int64)
-        caps = np.array([p.rate for p in self.paths], dtype=float)
-        self.rate = _progressive_filling(self.capacity, flow_of, link_of, caps, weights_of(self.fabric, self.paths))
+        done = list(self.messages[ended])
+        changed = [*self.links[ended], *new]  # the links whose flows changed
+        if done:
+            for name in appended:
+                setattr(self, name, getattr(self, name)[~ended])
+        if self.left.size and changed:
+            flow_of = np.repeat(np.arange(self.count.size), self.count)
+            link_of = np.concatenate(list(self.links))
+            touched = _connected(self.count.size, self.capacity.size, flow_of, link_of, np.concatenate(changed))
+            entries = touched[flow_of]
+            renumber = np.cumsum(touched) - 1  # the touched flows as 0..m-1 for the filling
+            latency = self.latency[touched]
+            weights = 1.0 / latency if self.rtt and (latency > 0).all() else None  # weights_of
+            self.rate[touched] = _progressive_filling(
+                self.capacity, renumber[flow_of[entries]], link_of[entries], self.cap[touched], weights
+            )
         self.version += 1
         self.dirty = False
         moving = self.rate > 0
         self.next_end = self.now + (self.left[moving] / self.rate[moving]).min() if moving.any() else np.inf
         return done
+
+    def _array(self, links: tuple[int, ...]) -> np.ndarray:
+        """A route's links as an array, made once."""
+        if links not in self._links:
+            self._links[links] = np.array(links, dtype=np.int64)
+        return self._links[links]
+
+
+def _connected(flows: int, links: int, flow_of: np.ndarray, link_of: np.ndarray, seeds: np.ndarray) -> np.ndarray:
+    """Which of ``flows`` flows are connected to the links ``seeds`` through flows and the links they cross (a
+    (flows,) mask); entry e of flow_of / link_of: flow flow_of[e] crosses link link_of[e] of ``links``."""
+    marked = np.zeros(links, dtype=bool)
+    marked[seeds] = True
+    touched = np.zeros(flows, dtype=bool)
+    while True:
+        reached = np.zeros(flows, dtype=bool)
+        reached[flow_of[marked[link_of]]] = True
+        if (reached == touched).all():
+            return touched
+        touched = reached
+        marked[link_of[touched[flow_of]]] = True
+
+
+def _objects(items: list) -> np.ndarray:
+    """``items`` as a 1-D object array (NumPy would make a list of tuples or equal arrays a 2-D one)."""
+    out = np.empty(len(items), dtype=object)
+    for i, item in enumerate(items):
+        out[i] = item
+    return out
