@@ -134,11 +134,11 @@ class Flows:
             "count": np.array([a.size for a in new], dtype=np.int64),
             "messages": _objects([(send, recv) for send, recv, _ in start]), "links": _objects(new),
         }  # fmt: skip
-        for name, values in appended.items():
+        for name, values in appended.items() if start else ():
             setattr(self, name, np.concatenate([getattr(self, name), values]))
         ended = self.left <= TOLERANCE * self.size
-        done = list(self.messages[ended])
-        changed = [*self.links[ended], *new]  # the links whose flows changed
+        done = list(self.messages[ended]) if ended.any() else []
+        changed = [*self.links[ended], *new] if done else new  # the links whose flows changed
         if done:
             for name in appended:
                 setattr(self, name, getattr(self, name)[~ended])
