@@ -55,6 +55,8 @@ from typing import Any
 
 import numpy as np
 
+from collectives.communicators import NonblockingSendrecv
+
 # ----------------------------------------------------------------------------- what the ranks hand each other
 # The values MPICH gives them (mpi4py on MPICH has the same).
 ANY_SOURCE = -2
@@ -103,16 +105,20 @@ class Message:
 
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_SKIP = [os.path.join(_HERE, "inprocess.py"), os.path.join(_HERE, "kit") + os.sep]  # the kit's own frames
+_KIT = tuple(os.path.join(_HERE, name) for name in ("inprocess.py", "communicators.py", "kit" + os.sep))
+
+
+def kit_frame(filename: str) -> bool:
+    """Whether a frame's file is the in-process ranks' or the kit's own (never the user's line)."""
+    return os.path.abspath(filename).startswith(_KIT)
 
 
 def caller() -> str:
     """'file:line' of the innermost frame outside this module and the kit: the user's call."""
     frame = sys._getframe(1)
     while frame is not None:
-        name = frame.f_code.co_filename
-        if not any(name.startswith(s) for s in _SKIP):
-            return f"{name}:{frame.f_lineno}"
+        if not kit_frame(frame.f_code.co_filename):
+            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
         frame = frame.f_back  # type: ignore[assignment]
     return ""
 
@@ -598,7 +604,7 @@ def _matches(recv: Any, send: Request) -> bool:
     return recv.context == send.context and recv.peer in (send.owner, ANY_SOURCE) and recv.tag in (send.tag, ANY_TAG)
 
 
-class SimulatedComm:
+class SimulatedComm(NonblockingSendrecv):
     """One rank's view of a simulated world, with mpi4py's names and argument order.
 
     As in MPI, a communicator is a group and a context: ``group`` lists the world ranks it spans
@@ -670,20 +676,8 @@ class SimulatedComm:
     def Recv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> None:
         self.Irecv(buf, source, tag, _call="Recv").Wait(status)
 
-    def Sendrecv(
-        self,
-        sendbuf: Any,
-        dest: int,
-        sendtag: int = 0,
-        recvbuf: Any = None,
-        source: int = ANY_SOURCE,
-        recvtag: int = ANY_TAG,
-        status: Status | None = None,
-    ) -> None:
-        if recvbuf is None:
-            raise TypeError("Sendrecv: recvbuf is required (buffer-based calls only)")
-        recv = self.Irecv(recvbuf, source, recvtag, _call="Sendrecv")
-        send = self.Isend(sendbuf, dest, sendtag, _call="Sendrecv")
+    def _complete(self, recv: Request, send: Request, status: Status | None) -> None:
+        """Sendrecv's pair (communicators.NonblockingSendrecv posts it): both at once, as MPI_Sendrecv."""
         Request.Waitall([recv, send])
         _fill(status, recv)
 

@@ -19,6 +19,7 @@ from collectives.kit.search import Domain, draw
 from collectives.testing import PropertyFailure, check, pair_cases
 
 ROOT = Path(__file__).resolve().parents[1]
+SCRATCH: list[int] = []
 
 
 def student(tmp_path: Path, name: str, body: str) -> Path:
@@ -142,12 +143,13 @@ def test_a_course_file_with_module_state_and_mpi4py_idioms_passes(tmp_path):
 def test_a_function_defined_inside_another_runs_on_copies_of_its_globals_and_says_so():
     def make():
         def allreduce(comm, x, f):
+            SCRATCH.append(x.size)  # a module-level list: shared by the threads
             return collectives.ring.allreduce(comm, x, f)
 
         return allreduce
 
     report = check(make(), examples=2)
-    assert "not at the top level of a file" in report.note
+    assert "not at the top level of a file" in report.note and "SCRATCH" in report.note
 
 
 # -- the errors MPI itself catches or suffers, each at the student's line ---------------------------------------

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from collectives.common import OPS
+from collectives.communicators import NonblockingSendrecv
 from collectives.inprocess import Violation, _as_bytes, caller, element_size, type_mismatch
 from collectives.kit import roles as signature_roles
 from collectives.kit.cases import Case, groups, ops_for, split_args
@@ -119,11 +120,13 @@ class Watch:
 class Req:
     """A request of the user's, waited on by polling: upper case (a buffer) or lower case (an object)."""
 
-    def __init__(self, watch: Watch, request: Any, call: str, buf: Any = None, recv: Callable[[], Any] | None = None):
+    def __init__(self, watch: Watch, request: Any, call: str, buf: Any = None, recv: Callable[[], Any] | None = None,
+                 kind: str = "send", peer: int = -2):  # fmt: skip
         self.watch, self.request, self.call, self.where = watch, request, call, caller()
+        self.kind, self.peer = kind, peer
         self.buf = _array(buf)
-        self.itemsize = element_size(buf) if call in ("Irecv", "Recv") else 1
-        self.sent = self.buf.copy() if self.buf is not None and call in ("Isend", "Issend") else None
+        self.itemsize = element_size(buf) if kind == "recv" and buf is not None else 1
+        self.sent = self.buf.copy() if self.buf is not None and call in ("Isend", "Issend") else None  # nonblocking
         self.receive = recv  # a lower-case receive: a matched probe, then the object
         self.obj: Any = None
         self.done = False
@@ -249,7 +252,7 @@ def _raw(buf: Any) -> Any:
     return buf if data is None else data
 
 
-class WatchedComm:
+class WatchedComm(NonblockingSendrecv):
     """A real communicator whose sends are synchronous and whose waits poll (``Watch``); everything
     else is the real communicator's."""
 
@@ -278,40 +281,37 @@ class WatchedComm:
             theirs = other.buf
             if mine is None or theirs is None or other.receive is not None:
                 continue
-            if (kind == "recv") == (other.call in ("Isend", "Issend")) and np.shares_memory(mine, theirs):
+            if kind != other.kind and np.shares_memory(mine, theirs):
                 self.watch.violations.append(
                     Violation("no-aliasing", self.Get_rank(), "a send and a receive over the same bytes", caller())
                 )
                 return
 
     # -- buffers ------------------------------------------------------------------------------------------
-    def Isend(self, buf: Any, dest: int, tag: int = 0) -> Req:
+    def Isend(self, buf: Any, dest: int, tag: int = 0, _call: str = "Isend") -> Req:
         self._aliasing(buf, "send")
-        return Req(self.watch, self.comm.Issend(_raw(buf), dest, tag), "Isend", buf)
+        return Req(self.watch, self.comm.Issend(_raw(buf), dest, tag), _call, buf, peer=dest)
 
     Issend = Isend
 
-    def Irecv(self, buf: Any, source: int = -2, tag: int = -1) -> Req:
+    def Irecv(self, buf: Any, source: int = -2, tag: int = -1, _call: str = "Irecv") -> Req:
         self._aliasing(buf, "recv")
-        return Req(self.watch, self.comm.Irecv(_raw(buf), source, tag), "Irecv", buf)
+        return Req(self.watch, self.comm.Irecv(_raw(buf), source, tag), _call, buf, kind="recv", peer=source)
 
     def Send(self, buf: Any, dest: int, tag: int = 0) -> None:
-        request = Req(self.watch, self.comm.Issend(_raw(buf), dest, tag), "Send", buf)
+        request = self.Isend(buf, dest, tag, _call="Send")
         self.watch.poll(request._test, f"Send(dest={dest}, tag={tag})")
 
     Ssend = Send
 
     def Recv(self, buf: Any, source: int = -2, tag: int = -1, status: Any = None) -> None:
-        self._aliasing(buf, "recv")
-        request = Req(self.watch, self.comm.Irecv(_raw(buf), source, tag), "Recv", buf)
+        request = self.Irecv(buf, source, tag, _call="Recv")
         self.watch.poll(lambda: request._test(status), f"Recv(source={_peer(source)}, tag={_tag(tag)})")
 
-    def Sendrecv(self, sendbuf: Any, dest: int, sendtag: int = 0, recvbuf: Any = None, source: int = -2,
-                 recvtag: int = -1, status: Any = None) -> None:  # fmt: skip
-        recv = self.Irecv(recvbuf, source, recvtag)
-        send = self.Isend(sendbuf, dest, sendtag)
-        recv.call = send.call = "Sendrecv"
-        self.watch.poll(lambda: recv._test(status) & send._test(), f"Sendrecv(dest={dest}, source={_peer(source)})")
+    def _complete(self, recv: Req, send: Req, status: Any) -> None:
+        """Sendrecv's pair (communicators.NonblockingSendrecv posts it), waited on by polling."""
+        call = f"Sendrecv(dest={send.peer}, source={_peer(recv.peer)})"
+        self.watch.poll(lambda: recv._test(status) & send._test(), call)
 
     # -- objects ------------------------------------------------------------------------------------------
     def isend(self, obj: Any, dest: int, tag: int = 0) -> Req:
@@ -324,7 +324,7 @@ class WatchedComm:
             message = self.comm.improbe(source, tag)
             return None if message is None else (message.recv(),)
 
-        return Req(self.watch, None, "irecv", recv=receive)
+        return Req(self.watch, None, "irecv", recv=receive, kind="recv", peer=source)
 
     def send(self, obj: Any, dest: int, tag: int = 0) -> None:
         self.isend(obj, dest, tag).Wait()

@@ -216,6 +216,14 @@ _PACKAGES = tuple(os.path.join(_HERE, name) + os.sep for name in ("collectives",
 _load_lock = threading.Lock()
 
 
+def _mutable_globals(fn: Any) -> list[str]:
+    """The module globals ``fn`` names that one rank could change under another (arrays, lists, dicts, sets)."""
+    if not isinstance(fn, types.FunctionType):
+        return []
+    mutable = (np.ndarray, list, dict, set, bytearray)
+    return [n for n in fn.__code__.co_names if isinstance(fn.__globals__.get(n), mutable)]
+
+
 class ModuleCopies:
     """One copy of ``fn``'s module per rank and world size (executed again from its file), and its ``fn``.
 
@@ -234,12 +242,15 @@ class ModuleCopies:
         if self.path and os.path.abspath(self.path).startswith(_PACKAGES):
             self.path = None  # the package's own algorithms keep no state: one copy serves every rank
             return
-        if not self.path or not self.path.endswith(".py") or "<locals>" in self.qualname or not self.qualname:
+        script = getattr(fn, "__module__", None) == "__main__"  # run again, a script would run its body again
+        if script or not self.path or not self.path.endswith(".py") or "<locals>" in self.qualname or not self.qualname:
             self.path = None
-            if isinstance(fn, types.FunctionType):
+            shared = _mutable_globals(fn)
+            if shared:
+                where = "in the script being run" if script else "not at the top level of a file"
                 self.shared_note = (
-                    f"note: {self.qualname or fn!r} is not at the top level of a file, so the in-process ranks share "
-                    "its module's mutable globals (separate processes would not)"
+                    f"note: {self.qualname or fn!r} is {where}, so the in-process ranks share its module's "
+                    f"{', '.join(shared)} (separate processes would not); a rank's own copy needs it in a file of its own"
                 )
 
     def function(self, w: int, comm: Any) -> tuple[Callable[..., Any], Namespace]:

@@ -45,6 +45,7 @@ from collectives.inprocess import (
     NotOffered,
     TruncationError,
     caller,
+    kit_frame,
     open_requests,
     recorded,
     simulate,
@@ -299,20 +300,12 @@ def _raised(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc_text} {notes}{where}".strip()
 
 
-_KIT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # collectives/
-
-
 def _user_frame(filename: str) -> bool:
     """A frame of the user's code: not the kit's, not a library's (NumPy, mpi4py, the standard library)."""
     name = os.path.abspath(filename)
-    if _kit_frame(name) or not name.endswith(".py") or "-packages" + os.sep in name:
+    if kit_frame(name) or not name.endswith(".py") or "-packages" + os.sep in name:
         return False
     return not name.startswith(os.path.join(sys.base_prefix, "lib"))
-
-
-def _kit_frame(filename: str) -> bool:
-    name = os.path.abspath(filename)
-    return name.startswith(os.path.join(_KIT, "kit") + os.sep) or name == os.path.join(_KIT, "inprocess.py")
 
 
 def _check(
