@@ -35,6 +35,7 @@ from collectives.algorithms import dissemination, exchange, naive, prefix, raben
 from collectives.algorithms.fold import allgather_blocks
 from collectives.auto import auto_algorithm
 from collectives.common import block_bounds, bounds_of
+from collectives.watch import watched
 from collectives.wire_format import wire
 
 PAGES = {  # the allreduce pages by name; each page's allreduce(comm, flat x, f) is the bare schedule
@@ -50,6 +51,7 @@ ALLREDUCE = {
 }
 
 
+@watched
 def allreduce(comm: Any, x: Any, op: str = "sum", algorithm: str = "auto", check: bool = True) -> np.ndarray:
     """The elementwise ``op`` of every rank's ``x``, a new array on every rank (ops: common.py).
 
@@ -82,6 +84,7 @@ def unknown(comm: Any, x: Any, algorithm: str, collective: str, expected: str, c
     raise ValueError(f"unknown {collective} algorithm {algorithm!r}: expected {expected}")
 
 
+@watched
 def reduce(comm: Any, x: Any, op: str = "sum", root: int = 0) -> np.ndarray | None:
     """The elementwise ``op`` of every rank's ``x`` on the root (a new array); None on the other ranks."""
     shape = np.shape(x)
@@ -90,6 +93,7 @@ def reduce(comm: Any, x: Any, op: str = "sum", root: int = 0) -> np.ndarray | No
     return None if out is None else out.reshape(shape)
 
 
+@watched
 def broadcast(comm: Any, x: Any, root: int = 0) -> np.ndarray:
     """The root's ``x`` as a new array on every rank (binomial tree).
 
@@ -105,6 +109,7 @@ def broadcast(comm: Any, x: Any, root: int = 0) -> np.ndarray:
     return buf.reshape(shape)
 
 
+@watched
 def reduce_scatter(comm: Any, x: Any, op: str = "sum", algorithm: str = "ring", counts: Any = None) -> np.ndarray:
     """Block r of the elementwise ``op`` of every rank's flattened ``x``, on rank r.
 
@@ -125,6 +130,7 @@ def reduce_scatter(comm: Any, x: Any, op: str = "sum", algorithm: str = "ring", 
     return impl[algorithm](wire(comm, flat.dtype), flat, f, b)
 
 
+@watched
 def allgather(comm: Any, x: Any, algorithm: str = "ring") -> np.ndarray:
     """Every rank's ``x`` (same shape and dtype on all), stacked: shape (p, *x.shape) on every rank.
 
@@ -145,6 +151,7 @@ def allgather(comm: Any, x: Any, algorithm: str = "ring") -> np.ndarray:
     return out.reshape((p, *shape))
 
 
+@watched
 def gather(comm: Any, x: Any, root: int = 0) -> np.ndarray | None:
     """Every rank's ``x`` (same shape and dtype on all) stacked on the root: shape (p, *x.shape); None elsewhere."""
     shape = np.shape(x)
@@ -154,6 +161,7 @@ def gather(comm: Any, x: Any, root: int = 0) -> np.ndarray | None:
     return None if out is None else out.reshape((p, *shape))
 
 
+@watched
 def scatter(comm: Any, x: Any, root: int = 0) -> np.ndarray:
     """Row r of the root's ``x`` (shape (p, ...)) on rank r. Other ranks pass None (anything else is ignored)."""
     p = comm.Get_size()
@@ -167,6 +175,7 @@ def scatter(comm: Any, x: Any, root: int = 0) -> np.ndarray:
     return out.reshape(shape[1:])
 
 
+@watched
 def barrier(comm: Any, check: bool = True) -> None:
     """Wait until every rank has called barrier (dissemination: ceil(log2 p) rounds of empty messages).
 
@@ -179,6 +188,7 @@ def barrier(comm: Any, check: bool = True) -> None:
     dissemination.barrier(comm)
 
 
+@watched
 def alltoall(comm: Any, x: Any, algorithm: str = "auto", check: bool = True) -> np.ndarray:
     """Row j of every rank's ``x`` (shape (p, ...), the same on all) goes to rank j: out[i] = rank i's x[r].
 
@@ -205,6 +215,7 @@ def alltoall(comm: Any, x: Any, algorithm: str = "auto", check: bool = True) -> 
     return out.reshape(shape)
 
 
+@watched
 def scan(comm: Any, x: Any, op: str = "sum", check: bool = True) -> np.ndarray:
     """x_0 op x_1 op ... op x_r on rank r (MPI_Scan), a new array of x's shape (recursive doubling)."""
     shape = np.shape(x)
@@ -214,6 +225,7 @@ def scan(comm: Any, x: Any, op: str = "sum", check: bool = True) -> np.ndarray:
     return out.reshape(shape)
 
 
+@watched
 def exscan(comm: Any, x: Any, op: str = "sum", check: bool = True) -> np.ndarray | None:
     """x_0 op ... op x_(r-1) on rank r > 0 (MPI_Exscan), a new array of x's shape; None on rank 0."""
     shape = np.shape(x)

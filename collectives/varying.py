@@ -38,6 +38,7 @@ from collectives.agreement import (
 from collectives.algorithms import naive, recursive_doubling, ring
 from collectives.algorithms.exchange import pairwise
 from collectives.common import bounds_of
+from collectives.watch import watched
 from collectives.wire_format import wire
 
 
@@ -65,6 +66,7 @@ def _bad_counts(counts: Any, p: int, n: int) -> bool:
     return c.size != p or bool((c < 0).any()) or int(c.sum()) != n
 
 
+@watched
 def allgatherv(comm: Any, x: Any) -> tuple[np.ndarray, list[int]]:
     """Every rank's ``x`` (flattened; sizes may differ, one dtype) end to end on every rank, and the counts."""
     x = as_native_array(x).reshape(-1)
@@ -79,6 +81,7 @@ def allgatherv(comm: Any, x: Any) -> tuple[np.ndarray, list[int]]:
     return out, counts
 
 
+@watched
 def gatherv(comm: Any, x: Any, root: int = 0) -> tuple[np.ndarray | None, list[int]]:
     """Every rank's ``x`` (flattened) end to end on the root (None elsewhere), and the counts (on every rank)."""
     x = as_native_array(x).reshape(-1)
@@ -93,6 +96,7 @@ def gatherv(comm: Any, x: Any, root: int = 0) -> tuple[np.ndarray | None, list[i
     return naive.gatherv(wire(comm, x.dtype), x, bounds_of(counts), root), counts
 
 
+@watched
 def scatterv(comm: Any, x: Any, counts: Any = None, root: int = 0) -> np.ndarray:
     """The root's ``x`` (flattened) cut by ``counts`` (p sizes, needed on the root only): part r on rank r."""
     rank, p = comm.Get_rank(), comm.Get_size()
@@ -112,6 +116,7 @@ def scatterv(comm: Any, x: Any, counts: Any = None, root: int = 0) -> np.ndarray
     return out
 
 
+@watched
 def alltoallv(comm: Any, x: Any, counts: Any) -> tuple[np.ndarray, list[int]]:
     """The ``x`` (flattened) cut by ``counts`` (p sizes, this rank's own): part j to rank j.
 
