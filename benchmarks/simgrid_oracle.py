@@ -4,7 +4,7 @@ Run with the system Python that has SimGrid's bindings (``apt-get install python
 virtualenv: it needs nothing but the standard library and ``simgrid``. It reads one job as JSON on
 stdin and prints the virtual seconds of the slowest rank:
 
-    {"platform": {"topology": "crossbar" (= "switch") | "fattree" | "torus2d" | "torus3d", "bandwidth": B/s,
+    {"platform": {"topology": "crossbar" (= "switch") | "fattree" | "torus2d" | "torus3d" | "dragonfly", "bandwidth": B/s,
                   "latency": s per link, "leaf_size": n, "oversubscription": x, "routing": "trunk" | "static",
                   "pod_size": n, "spine_oversubscription": x, "dims": [a, b, ...], "limiter": bool},
      "gamma": s per byte reduced, "traces": [rank 0's rows, rank 1's rows, ...]}
@@ -70,6 +70,12 @@ def platform_xml(spec: dict, p: int) -> str:
         dims = ",".join(str(d) for d in reversed(spec["dims"]))  # SimGrid's first dimension varies fastest
         limiter = f' limiter_link="{bw!r}Bps"' if spec.get("limiter") else ""  # one link both ways (module doc)
         body = _cluster("c", 0, p - 1, bw, lat, "SPLITDUPLEX", f' topology="TORUS" topo_parameters="{dims}"{limiter}')
+    elif topology == "dragonfly":  # one chassis a group: SimGrid's routing between chassis adds a hop (see docs)
+        size, routers = spec["router_size"], spec["group_size"]
+        groups = -(-p // (size * routers))
+        levels = f"{groups},{spec.get('global_links', 1)};1,1;{routers},{spec.get('local_links', 1)};{size}"
+        body = _cluster("c", 0, groups * routers * size - 1, bw, lat, "SPLITDUPLEX",
+                        f' topology="DRAGONFLY" topo_parameters="{levels}"')  # fmt: skip
     elif topology == "fattree" and spec.get("routing", "trunk") == "static":
         body = _fat_tree_cluster(spec, p)
     elif topology == "fattree":

@@ -20,6 +20,8 @@ latency as CM02 shares them (minidl's ``sharing="rtt"``; its default, "maxmin", 
                       spine_oversubscription=2); 6 links between pods
     torus2d           SimGrid's TORUS (balanced dims): a link a hop, dimension-order routing; for gather and
                       scatter with its limiter_link as the NIC (see simgrid_oracle.py)
+    dragonfly         SimGrid's DRAGONFLY with one chassis a group: routers of 2 hosts, groups of 4 routers
+                      all-to-all, a global link between every two groups (p <= 32), minimal routing
 
 On the routed fat trees each row also holds ``trunk_s``: minidl's default aggregated trunk on that platform.
 Prints minidl / SimGrid per case and the largest error per topology and p; the target is 3%.
@@ -59,7 +61,7 @@ BANDWIDTH, GAMMA = 1.25e9, 1e-10
 ALGORITHMS = ("ring", "recursive_doubling", "tree")
 TOPOLOGIES = ("crossbar", "fattree", "torus2d")  # the default sweep
 ROOTED = ("gather", "scatter")  # the root's NIC carries every block: not on "crossbar", which has no NICs
-PLATFORMS = ("crossbar", "switch", "fattree", "ftree2", "ftree3", "torus2d")
+PLATFORMS = ("crossbar", "switch", "fattree", "ftree2", "ftree3", "torus2d", "dragonfly")
 SIZES = (1024, 1 << 20, 100_000_000)
 
 
@@ -91,6 +93,8 @@ def options(topology: str, leaf_size: int, routing: str | None = None) -> dict:
         if topology == "ftree3":
             tree.update(pod_size=4, spine_oversubscription=2.0)
         return {**tree, "routing": routing or tree["routing"]}
+    if topology == "dragonfly":  # routers of 2 hosts in groups of 4 (so at most 32 hosts)
+        return {"topology": "dragonfly", "router_size": 2, "group_size": 4}
     return {"topology": topology}
 
 

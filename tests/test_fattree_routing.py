@@ -147,3 +147,42 @@ def test_docs_routed_table_is_the_saved_run():
     tables = re.findall(r"```\n( +p  topology.*?)```", section, flags=re.S)
     assert tables and tables[0].splitlines() == vt.simgrid_table(rows)
     assert max(abs(vt.error(r)) for r in rows) < 1e-3 and {r["topology"] for r in rows} >= {"ftree2", "ftree3"}
+
+
+# -- the dragonfly: groups of routers joined all-to-all, one global link between every two groups, minimal routing
+DRAGONFLY = {"router_size": 2, "group_size": 4}  # 8 nodes a group, at most 4 groups
+
+
+def test_dragonfly_routes_are_minimal():
+    topo = make_topology("dragonfly", 32, B, **DRAGONFLY)
+    # 0 (group 0, router 0) -> 1: its own router (the NICs); -> 2: one local link; -> 10 (group 1, router 1): a local
+    # link to router 1 of group 0 (it holds the global link to group 1), the global link (arriving at router 0 of
+    # group 1: the one for group 0), a local link to router 1; -> 8 (router 0 of group 1): no local link at the end;
+    # 2 -> 8 (from router 1 of group 0): the global link alone
+    hops = [topo.hops(0, 1), topo.hops(0, 2), topo.hops(0, 10), topo.hops(0, 8), topo.hops(2, 8)]
+    assert hops == [2, 3, 5, 4, 3]
+    assert set(topo.route(0, 8)) & set(topo.route(3, 9)) == {topo.route(2, 8)[1]}  # group 0's one link to group 1
+
+
+def one_way_dragonfly(pairs: list[tuple[int, int]], **tree) -> float:
+    traces: list[list[Event]] = [[] for _ in range(32)]
+    for tag, (src, dst) in enumerate(pairs):
+        traces[src].append(Event("send", dst, tag, N))
+        traces[dst].append(Event("recv", src, tag, N))
+    return replay(traces, Cluster(Link("test", ALPHA, B), topology="dragonfly", link_latency=HOP, **tree)).time
+
+
+def test_dragonfly_global_link_is_shared_between_groups():
+    # 0 -> 10 and 4 -> 12: group 0 to group 1, both on the one global link (local links apart): B / 2 each
+    assert one_way_dragonfly([(0, 10), (4, 12)], **DRAGONFLY) == pytest.approx(ALPHA + 5 * HOP + 2 * N / B)
+    # with global_links=2 it carries 2 B: each flow alone at B
+    doubled = one_way_dragonfly([(0, 10), (4, 12)], global_links=2, **DRAGONFLY)
+    assert doubled == pytest.approx(ALPHA + 5 * HOP + N / B)
+    # 0 -> 10 and 4 -> 20: to groups 1 and 2, two global links
+    assert one_way_dragonfly([(0, 10), (4, 20)], **DRAGONFLY) == pytest.approx(ALPHA + 5 * HOP + N / B)
+
+
+def test_dragonfly_refuses_more_groups_than_a_group_has_routers():
+    with pytest.raises(ValueError, match="at most 4 groups") as err:
+        Cluster("10gbe", topology="dragonfly", **DRAGONFLY).fabric(40)
+    assert "\n" not in str(err.value)

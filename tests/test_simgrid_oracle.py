@@ -42,3 +42,10 @@ def test_gather_and_scatter_agree_with_simgrid(topology, algorithm):
     bottleneck on every platform (on the torus, SimGrid's limiter_link)."""
     args = (algorithm, 12, 1 << 16, topology, 1e-6, 4)
     assert minidl_time(*args) == pytest.approx(simgrid_time(*args), rel=1e-6)
+
+
+@pytest.mark.parametrize("algorithm", ["rabenseifner", "gather"])
+def test_dragonfly_agrees_with_simgrid(algorithm):
+    """SimGrid's DRAGONFLY with one chassis a group: routers of 2 hosts, groups of 4, 3 groups at p = 24."""
+    args = (algorithm, 24, 1 << 20, "dragonfly", 1e-6, 4)
+    assert minidl_time(*args) == pytest.approx(simgrid_time(*args), rel=1e-6)

@@ -283,11 +283,12 @@ def allreduce_time(
     "25gbe", "ib-fdr", "ib-edr", "ib-hdr", "omnipath100", "shm": network.LINKS) or a Network.
     ``params``: a cost.CostParams (default cost.get_params()): the model of "crossbar", and gamma
     (the CPUs) for every network. ``options`` for a named network (network.Cluster):
-    ``ranks_per_node`` (default 1; ranks of a node talk through shared memory), ``topology``
-    ("switch" by default, "crossbar", "fattree", "torus" (any ``dims``), "torus2d", "torus3d"), ``leaf_size``,
+    ``ranks_per_node`` (default 1; ranks of a node talk through shared memory), ``topology`` ("switch"
+    by default, "crossbar", "fattree", "dragonfly", "torus" (any ``dims``), "torus2d", "torus3d"), ``leaf_size``,
     ``oversubscription``, ``routing`` ("trunk", the default: a leaf's uplinks as one trunk; "static": links of
     their own, a flow on uplink destination mod uplinks, as InfiniBand's D-mod-K), ``pod_size`` and
-    ``spine_oversubscription`` (a third level) for fattree, ``dims`` (torus), ``intra`` (the link within a node).
+    ``spine_oversubscription`` (a third level) for fattree, ``router_size``, ``group_size``, ``local_links`` and
+    ``global_links`` for "dragonfly", ``dims`` (torus), ``intra`` (the link within a node).
     ``link_latency``: seconds per link of a message's route, on top of the per-message alpha
     (network.Cluster: 2 links on a crossbar or switch, 2, 4 or 6 on a fat tree, one per hop on a torus).
     ``check``: include the agreement check. ``engine``: "events" (replay.py, the reference),

@@ -11,6 +11,8 @@ an uplink (its injection) and a downlink (its ejection), of the link's bandwidth
                spines ``spine_oversubscription``:1 to the cores). ``routing="trunk"`` (the default): a
                leaf's uplinks are one trunk of leaf_size B / oversubscription each way; ``"static"``:
                links of their own, a flow on uplink (destination mod uplinks), as InfiniBand's D-mod-K
+    dragonfly  routers of ``router_size`` nodes in groups of ``group_size`` routers joined all-to-all, one
+               global link between every two groups (SimGrid's DRAGONFLY, one chassis a group), minimal routing
     torus      nodes on a torus of sides ``dims`` (any number); torus2d and torus3d: 2-D and 3-D, dims
                as near equal as the node count allows unless given; dimension-order routing the short way
                round (on a tie as SimGrid), the last (fastest-varying) coordinate first as in SimGrid's
@@ -23,6 +25,7 @@ how many links the message crosses, each paying the link latency (network.Cluste
     crossbar, switch   2 (host -> switch -> host)
     fattree            2 within a leaf, 4 between leaves (host -> leaf -> spine -> leaf -> host),
                        6 between pods (through a core)
+    dragonfly          2 within a router, up to 5 between groups (a local link, the global one, a local one)
     torus              one per hop (the hosts are the routers, as in SimGrid's TORUS cluster and Blue
                        Gene or TPU tori: a neighbour message crosses one link)
 """
@@ -35,7 +38,7 @@ import math
 
 import numpy as np
 
-TOPOLOGIES = ("crossbar", "switch", "fattree", "torus", "torus2d", "torus3d")
+TOPOLOGIES = ("crossbar", "switch", "fattree", "dragonfly", "torus", "torus2d", "torus3d")
 ROUTINGS = ("trunk", "static")  # a fat tree's: FatTree
 
 
@@ -196,6 +199,67 @@ def _uplinks(switch: str, down: int, oversubscription: float, whole: bool) -> fl
     return float(round(up)) if whole else up
 
 
+class Dragonfly(Topology):
+    """A dragonfly (Kim et al., "Technology-driven, highly-scalable dragonfly topology", 2008): routers of
+    ``router_size`` nodes in groups of ``group_size`` routers joined all-to-all by local links, and one global
+    link between every two groups; each of those links carries ``local_links`` (``global_links``) x B each way.
+
+    As SimGrid's DRAGONFLY cluster with one chassis a group ("G,global_links;1,1;group_size,local_links;
+    router_size"), the link from group i to group j leaves from router j of group i (so there are at most
+    group_size groups) and arrives at router i of group j, and the routing is minimal: a local link to the
+    router that holds the global link (unless the message is there), the global link, a local link to the
+    destination's router (unless it arrived there). Within a router 2 links (the NICs), across groups up to 5.
+    """
+
+    name = "dragonfly"
+
+    def __init__(self, nodes: int, bandwidth: float, router_size: int = 4, group_size: int = 4,
+                 local_links: int = 1, global_links: int = 1):  # fmt: skip
+        if min(router_size, group_size, local_links, global_links) < 1:
+            raise ValueError(
+                f"dragonfly: router_size, group_size, local_links and global_links must be >= 1, got "
+                f"{router_size}, {group_size}, {local_links}, {global_links}"
+            )
+        self.router_size, self.group_size = router_size, group_size
+        self.groups = -(-nodes // (router_size * group_size))
+        if self.groups > group_size:
+            raise ValueError(
+                f"dragonfly: {nodes} nodes make {self.groups} groups of {group_size} routers of {router_size}, but "
+                f"a group's routers hold one global link to each other group: at most {group_size} groups"
+            )
+        super().__init__(nodes, bandwidth)  # checked first: a refused size allocates nothing
+        self.local_base = 2 * nodes  # (group, from router, to router), a group_size^2 block per group
+        self.global_base = self.local_base + self.groups * group_size**2  # (from group, to group)
+        self.capacity = np.concatenate(
+            [self.capacity, np.full(self.groups * group_size**2, local_links * bandwidth),
+             np.full(self.groups**2, global_links * bandwidth)]
+        )  # fmt: skip
+
+    def _local(self, group: int, a: int, b: int) -> int:
+        return self.local_base + (group * self.group_size + a) * self.group_size + b
+
+    def route(self, a: int, b: int) -> tuple[int, ...]:
+        group, router = divmod(a // self.router_size, self.group_size)
+        to_group, to_router = divmod(b // self.router_size, self.group_size)
+        links = [a]
+        if to_group != group:
+            if router != to_group:  # to the router that holds the global link to the destination's group
+                links.append(self._local(group, router, to_group))
+            links.append(self.global_base + group * self.groups + to_group)
+            router = group  # it arrives at router <my group> of the destination's group
+        if router != to_router:
+            links.append(self._local(to_group, router, to_router))
+        return (*links, self.nodes + b)
+
+    def hops(self, a: int, b: int) -> int:
+        return len(self.route(a, b))
+
+    def describe(self) -> str:
+        return (
+            f"dragonfly, {self.groups} groups of {self.group_size} routers of {self.router_size} nodes, minimal routing"
+        )
+
+
 class Torus(Topology):
     def __init__(self, nodes: int, bandwidth: float, ndims: int = 2, dims: tuple[int, ...] | None = None):
         super().__init__(nodes, bandwidth)
@@ -265,6 +329,7 @@ OPTIONS = {  # what each topology takes (network.Cluster's options)
     "crossbar": (),
     "switch": (),
     "fattree": ("leaf_size", "oversubscription", "routing", "pod_size", "spine_oversubscription"),
+    "dragonfly": ("router_size", "group_size", "local_links", "global_links"),
     "torus": ("dims",),
     "torus2d": ("dims",),
     "torus3d": ("dims",),
@@ -300,4 +365,6 @@ def make_topology(name: str, nodes: int, bandwidth: float, **options) -> Topolog
         return Topology(nodes, bandwidth)
     if name == "fattree":
         return FatTree(nodes, bandwidth, **options)
+    if name == "dragonfly":
+        return Dragonfly(nodes, bandwidth, **options)
     return Torus(nodes, bandwidth, ndims=int(name[5]) if name != "torus" else 0, **options)

@@ -29,6 +29,7 @@ from typing import Any
 from collectives.cost import get_params, load_params
 from collectives.virtual_time.network import get_link, known_networks
 from collectives.virtual_time.replay import simulation_estimate
+from collectives.virtual_time.topology import OPTIONS, make_topology
 from collectives.virtual_time.trace import available_memory
 from minidl.simulate import scheme_flags
 from minidl.simulate.network import ALGORITHMS, allreduce_time
@@ -55,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--allreduce", default="ring", help=f"algorithm(s), comma-separated: {', '.join(ALGORITHMS)}")
     c.add_argument(
         "--topology",
-        help="switch (default for a named network), crossbar, fattree, torus (with --dims), torus2d, torus3d",
+        help="switch (default for a named network), crossbar, fattree, dragonfly, torus (with --dims), torus2d, torus3d",
     )
     c.add_argument("--oversubscription", help="fat tree: leaf uplink oversubscription (1: full bisection)")
     c.add_argument("--leaf-size", help="fat tree: nodes per leaf switch")
@@ -67,6 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument("--pod-size", help="fat tree: leaves per pod (three levels: leaves, spines, cores)")
     c.add_argument("--spine-oversubscription", help="three-level fat tree: a spine's uplink oversubscription")
+    c.add_argument("--router-size", help="dragonfly: nodes per router")
+    c.add_argument("--group-size", help="dragonfly: routers per group (all-to-all; one global link per two groups)")
     c.add_argument("--dims", help="torus: its sides, e.g. 8x8 or 4x4x4")
     c.add_argument(
         "--link-latency",
@@ -182,6 +185,9 @@ def network_options(args: argparse.Namespace) -> dict[str, Any]:
         (options["spine_oversubscription"],) = number_list(
             "--spine-oversubscription", args.spine_oversubscription, float
         )
+    for flag in ("router_size", "group_size"):
+        if getattr(args, flag):
+            (options[flag],) = number_list(f"--{flag.replace('_', '-')}", getattr(args, flag))
     if args.dims:
         options["dims"] = tuple(number_list("--dims", args.dims.replace("x", ",")))
     if args.link_latency:
@@ -341,6 +347,13 @@ def run(args: argparse.Namespace) -> list[Row]:
             )
         except ValueError as e:
             raise UsageError(f"--network {network}: {e}") from None
+    if options.get("topology") == "dragonfly":  # its groups bound the nodes: refused before the profile is measured
+        try:
+            make_topology(
+                "dragonfly", max(nodes), 1.0, **{k: v for k, v in options.items() if k in OPTIONS["dragonfly"]}
+            )
+        except ValueError as e:
+            raise UsageError(f"--nodes {max(nodes)}: {e}") from None
     check_task_flags(args)
     profile = get_profile(args)
     try:

@@ -34,8 +34,8 @@ def allreduce_time(
     """Virtual seconds of one allreduce of ``nbytes`` on ``p`` ranks (the slowest rank); 0 for p = 1.
 
     ``options`` (None values dropped) go to the network: ``ranks_per_node``, ``topology`` ("switch", "crossbar",
-    "fattree", "torus", "torus2d", "torus3d"), ``oversubscription``, ``leaf_size``, ``routing``, ``pod_size`` and
-    ``spine_oversubscription`` (fat tree), ``dims`` (torus).
+    "fattree", "dragonfly", "torus", "torus2d", "torus3d"), ``oversubscription``, ``leaf_size``, ``routing``,
+    ``pod_size`` and ``spine_oversubscription`` (fat tree), ``router_size`` and ``group_size`` (dragonfly), ``dims``.
     """
     if p < 1:
         raise ValueError(f"allreduce_time: p must be >= 1, got {p}")
