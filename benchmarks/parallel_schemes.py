@@ -25,6 +25,7 @@ import os
 import compare as C  # benchmarks/compare.py, beside this file
 import numpy as np
 
+from collectives.paths import check_output
 from minidl.distributed.parameter_server.protocol import HEADER_BYTES
 from minidl.tools.info import print_header
 from minidl.tools.measure import busy_note, peak_rss_mb, spread
@@ -45,6 +46,7 @@ def main(argv: list[str] | None = None) -> list[C.SchemeResult] | None:
     parser.add_argument("--quick", action="store_true", help="a few steps (CI)")
     parser.add_argument("--repeats", type=int, default=5, help="runs of every scheme, interleaved (median shown)")
     args = parser.parse_args(argv)
+    check_output("--json", args.json, parser.prog)  # its folder made, before the runs
     print_header(quick=True)  # rank 0
     if args.quick or os.environ.get("MINIDL_QUICK") == "1":
         args.steps, args.hidden = min(args.steps, 20), min(args.hidden, 32)

@@ -44,6 +44,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ALGORITHMS = ["ring", "tree", "naive", "recursive_doubling", "rabenseifner", "auto", "mpi"]
 VOCAB, HIDDEN, LAYERS, T, B = 10_000, 200, 2, 20, 20
 sys.path.insert(0, ROOT)
+from collectives.paths import check_output  # noqa: E402
 from minidl.tools.info import print_header  # noqa: E402
 from minidl.tools.measure import peak_rss_mb, spread  # noqa: E402
 
@@ -198,6 +199,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="a few steps only (smoke test)")
     ap.add_argument("--from-json", default=None, help="print the table of rows saved with --json, measure nothing")
     args = ap.parse_args()
+    check_output("--json", args.json, ap.prog)  # its folder made, before the runs
     if args.quick:
         args.steps, args.warmup = 3, 1
     if args.worker:

@@ -60,6 +60,7 @@ sys.path.insert(0, ROOT)
 
 from benchmarks import validation_tables  # noqa: E402
 from collectives.cost import load_params  # noqa: E402
+from collectives.paths import check_output  # noqa: E402
 from minidl.simulate import (  # noqa: E402
     Cluster,
     NodeSpec,
@@ -432,6 +433,7 @@ def main() -> None:
     ap.add_argument("--zenith-efficiency", type=float, default=0.5, help="(c): a 40-core node's share of ideal")
     ap.add_argument("--quick", action="store_true", help="1 repeat, 30 steps, the small model only")
     args = ap.parse_args()
+    check_output("--json", args.json, ap.prog)  # its folder made, before the runs
     print_header(quick=args.quick)
     if args.quick:
         args.repeats, args.steps, args.profile_steps = 1, 30, 3

@@ -9,6 +9,7 @@ that takes nothing (``/dev/full``). The benchmarks' ``--plot``/``--json`` and th
 from __future__ import annotations
 
 import os
+import sys
 
 
 def unwritable(path: str) -> str | None:
@@ -31,3 +32,11 @@ def unwritable(path: str) -> str | None:
         except OSError as e:
             return f"cannot be written ({e.strerror})"
     return None
+
+
+def check_output(flag: str, path: str | None, prog: str) -> None:
+    """A program's output ``flag PATH`` before its work: folders made, or one line and exit 2."""
+    problem = None if path is None else unwritable(path)
+    if problem is not None:
+        print(f"{prog}: error: {flag} {path}: {problem}", file=sys.stderr, flush=True)
+        raise SystemExit(2)
