@@ -34,8 +34,14 @@ time.sleep(120)
 """
 KILLER = """import os, time
 from mpi4py import MPI
-time.sleep(1.5)  # long enough for the launcher to see the ranks' pids
+from minidl.tools.launch import rank_pids
+MPI.COMM_WORLD.Barrier()  # every rank runs
 if MPI.COMM_WORLD.Get_rank() == 1:
+    ppid = lambda pid: int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+    mpiexec, deadline = ppid(ppid(os.getpid())), time.monotonic() + 60  # rank <- its proxy <- mpiexec
+    while len(rank_pids(mpiexec)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)  # the event: the ranks are what the launcher's watch finds, as it finds them
+    time.sleep(1.0)  # and the watch (a look every 20 ms) has had 50 looks to find them
     os.kill(os.getpid(), 9)
 time.sleep(60)
 """
