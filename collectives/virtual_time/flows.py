@@ -49,8 +49,10 @@ def _progressive_filling(
     if n == 0:
         return rate
     w = np.ones(n) if weights is None else np.asarray(weights, dtype=float)
-    used, link_of = np.unique(link_of, return_inverse=True)
-    left = capacity[used].astype(float)  # capacity not yet given to frozen flows
+    used = np.zeros(capacity.size, dtype=bool)
+    used[link_of] = True
+    link_of = (np.cumsum(used) - 1)[link_of]
+    left = capacity[used]  # capacity not yet given to frozen flows (a copy)
     live = np.arange(n)  # the flows still growing; flow_of and link_of hold only their crossings
     cap_level = caps / w  # the level at which a flow reaches its own cap
     hit = np.zeros(n, dtype=bool)
@@ -85,10 +87,11 @@ class Flows:
         self.capacity, self.fabric = fabric.capacity, fabric
         self.rtt = bool(getattr(fabric, "rtt_sharing", False))  # weights_of: 1 / latency
         # one entry a flow: bytes left, the message's bytes, bytes/s since the last sharing, its path's cap and
-        # latency, how many links it crosses; (send, recv) and its links (an array) as objects
+        # latency, (send, recv) as an object
         self.left, self.size, self.rate, self.cap, self.latency = (np.zeros(0) for _ in range(5))
-        self.count = np.zeros(0, dtype=np.int64)
-        self.messages, self.links = np.empty(0, dtype=object), np.empty(0, dtype=object)
+        self.messages = np.empty(0, dtype=object)
+        # the crossings of the flows in flight: entry e is flow flow_of[e] on link link_of[e]
+        self.flow_of, self.link_of = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         self.starting: list[tuple] = []  # (send, recv, path) added since the last sharing, at ``now``
         self.now = 0.0
         self.dirty = False  # flows started or ended since the last sharing
@@ -125,27 +128,31 @@ class Flows:
         one with them, and so on. The others keep their rates: max-min fairness shares each connected set of
         flows and links on its own (on a torus, a change reaches a few percent of the flows in flight)."""
         start, self.starting = self.starting, []
-        new = [self._array(path.links) for _, _, path in start]
-        sizes = np.array([float(send.nbytes) for send, _, _ in start])
-        appended = {
-            "left": sizes, "size": sizes, "rate": np.zeros(len(start)),
-            "cap": np.array([path.rate for _, _, path in start], dtype=float),
-            "latency": np.array([path.latency for _, _, path in start], dtype=float),
-            "count": np.array([a.size for a in new], dtype=np.int64),
-            "messages": _objects([(send, recv) for send, recv, _ in start]), "links": _objects(new),
-        }  # fmt: skip
-        for name, values in appended.items() if start else ():
-            setattr(self, name, np.concatenate([getattr(self, name), values]))
+        seeds = [self._array(path.links) for _, _, path in start]  # links whose flows changed
+        if start:
+            sizes = np.array([float(send.nbytes) for send, _, _ in start])
+            count = np.array([a.size for a in seeds], dtype=np.int64)
+            self.flow_of = np.concatenate([self.flow_of, np.repeat(np.arange(count.size) + self.left.size, count)])
+            self.link_of = np.concatenate([self.link_of, *seeds])
+            appended = {
+                "left": sizes, "size": sizes, "rate": np.zeros(len(start)),
+                "cap": np.array([path.rate for _, _, path in start], dtype=float),
+                "latency": np.array([path.latency for _, _, path in start], dtype=float),
+                "messages": _objects([(send, recv) for send, recv, _ in start]),
+            }  # fmt: skip
+            for name, values in appended.items():
+                setattr(self, name, np.concatenate([getattr(self, name), values]))
         ended = self.left <= TOLERANCE * self.size
         done = list(self.messages[ended]) if ended.any() else []
-        changed = [*self.links[ended], *new] if done else new  # the links whose flows changed
         if done:
-            for name in appended:
+            gone = ended[self.flow_of]
+            seeds.append(self.link_of[gone])
+            self.link_of, self.flow_of = self.link_of[~gone], (np.cumsum(~ended) - 1)[self.flow_of[~gone]]
+            for name in ("left", "size", "rate", "cap", "latency", "messages"):
                 setattr(self, name, getattr(self, name)[~ended])
-        if self.left.size and changed:
-            flow_of = np.repeat(np.arange(self.count.size), self.count)
-            link_of = np.concatenate(list(self.links))
-            touched = _connected(self.count.size, self.capacity.size, flow_of, link_of, np.concatenate(changed))
+        if self.left.size and seeds:
+            flow_of, link_of = self.flow_of, self.link_of
+            touched = _connected(self.left.size, self.capacity.size, flow_of, link_of, np.concatenate(seeds))
             entries = touched[flow_of]
             renumber = np.cumsum(touched) - 1  # the touched flows as 0..m-1 for the filling
             latency = self.latency[touched]
