@@ -144,7 +144,7 @@ def edited(tmp_path, save: str, change) -> str:
         (lambda c: c["state"].update(step=-5), r"field state/step = -5 is not an integer >= 0"),
         (lambda c: c["state"].update(step=10**9), r"field state/step = 1000000000 does not match epoch 1, window 2"),
         (lambda c: c["state"].update(epoch=0), r"field state/epoch = 0 is not in 1\.\."),
-        (lambda c: c["state"].update(window=10**6), r"field state/window = 1000000 is not below the \d+ steps"),
+        (lambda c: c["state"].update(window=10**6), r"field state/window = 1000000 is past the \d+ steps"),
         (lambda c: c.update(world_size=3), r"field world_size = 3 does not match its 1 per-rank states"),
         (lambda c: c["ranks"][0].update(rng="{}"), r"field ranks/0/rng is not a random generator's state"),
     ],
@@ -153,6 +153,16 @@ def test_a_hand_edited_checkpoint_is_one_line_naming_the_field(tmp_path, capsys,
     save = str(tmp_path / "lm.npz")
     lm.main([*LM, "--max-steps", "2", "--save", save])
     refused(capsys, pattern, [*LM, "--max-steps", "4", "--resume", edited(tmp_path, save, change)])
+
+
+def test_a_checkpoint_at_an_epochs_last_step_resumes(tmp_path):
+    """--save-every (or Ctrl-C) at an epoch's last step saves window = steps per epoch: a position a run reaches."""
+    save = str(tmp_path / "lm.npz")
+    lm.main([*LM, "--max-steps", "199", "--save", save, "--save-every", "199"])
+    last = checkpoints.scheduled_path(save, 199)
+    assert minidl.load(last)["state"]["window"] == 199  # the quick preset's 199 steps an epoch
+    resumed = lm.main([*LM, "--max-steps", "200", "--resume", last])
+    assert resumed["steps"] == 200
 
 
 def test_a_checkpoint_on_a_full_disk_is_one_line_and_the_older_ones_stay(tmp_path, capsys, monkeypatch):

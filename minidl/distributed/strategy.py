@@ -348,14 +348,14 @@ def whole_number(path: str, state: dict[str, Any], key: str) -> int:
 
 
 def check_position(path: str, pos: Position, steps_per_epoch: int, epochs: int) -> Position:
-    """A checkpoint's position must be one a run can reach: epoch 1..epochs + 1, window < steps per epoch, and
+    """A checkpoint's position must be one a run can reach: epoch 1..epochs + 1, window <= steps per epoch, and
     step = (epoch - 1) x steps per epoch + window (every epoch before it whole); else a ValueError naming the field
     (a hand-edited step of 1e9 would otherwise end the run at once with '1000000000 steps in 0:00')."""
     if not 1 <= pos.epoch <= epochs + 1:
         raise ValueError(f"--resume {path}: field state/epoch = {pos.epoch} is not in 1..{epochs + 1} (1-based)")
-    if pos.window >= steps_per_epoch:
+    if pos.window > steps_per_epoch:  # (= at an epoch's last step: --save-every or Ctrl-C there)
         raise ValueError(
-            f"--resume {path}: field state/window = {pos.window} is not below the {steps_per_epoch} steps of an epoch"
+            f"--resume {path}: field state/window = {pos.window} is past the {steps_per_epoch} steps of an epoch"
         )
     reached = (pos.epoch - 1) * steps_per_epoch + pos.window
     if pos.step != reached:
