@@ -146,18 +146,25 @@ def _serve(site: Path) -> tuple[http.server.ThreadingHTTPServer, str]:
 
 
 # A <pre> (printed output, a table of results, code) whose text takes more rendered lines than it has: one of
-# its lines wrapped. The rendered lines are the distinct tops of the text's boxes (a Range's client rects).
+# its lines wrapped. The rendered lines are the text's boxes (a Range's client rects) grouped by their tops: the
+# highlighted tokens of one line sit a pixel or two apart.
 _PAGE_STATE = """() => ({
   text: (document.querySelector('article') || document.body).innerText.trim().length,
   broken: Array.from(document.images).filter(i => !i.complete || i.naturalWidth === 0)
                .map(i => i.getAttribute('src').slice(0, 80)),
   wrapped: Array.from(document.querySelectorAll('pre')).filter(p => p.offsetParent !== null).map(p => {
+    const text = p.querySelector('code') || p;  // not mkdocs-material's copy button, which sits in the <pre>
     const range = document.createRange();
-    range.selectNodeContents(p);
-    const tops = new Set(Array.from(range.getClientRects()).filter(r => r.width > 0 && r.height > 0)
-                           .map(r => Math.round(r.top)));
-    const lines = p.textContent.replace(/\\n+$/, '').split('\\n');
-    if (tops.size <= lines.length) return null;
+    range.selectNodeContents(text);
+    const rects = Array.from(range.getClientRects()).filter(r => r.width > 0 && r.height > 0);
+    const tops = rects.map(r => r.top).sort((a, b) => a - b);
+    const height = Math.min(...rects.map(r => r.height));
+    let rendered = tops.length ? 1 : 0;  // boxes more than half a line below the last line's start a new line
+    for (let i = 1, start = tops[0]; i < tops.length; i++) {
+      if (tops[i] - start > height / 2) { rendered++; start = tops[i]; }
+    }
+    const lines = text.textContent.replace(/\\n+$/, '').split('\\n');
+    if (rendered <= lines.length) return null;
     const longest = lines.reduce((a, b) => (b.length > a.length ? b : a), '');
     return longest.trim().slice(0, 60);
   }).filter(x => x !== null),
