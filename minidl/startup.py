@@ -11,7 +11,9 @@ handler says where the run was and ends the process at once (``os._exit``: no un
 It is installed when this module is imported, the first thing ``import minidl`` does, when the process is ``python -m minidl.train``
 (before NumPy is imported), and never in a library user's process (a notebook's Ctrl-C stays theirs). While
 training, ``minidl.train.interrupt.Watch`` takes SIGINT over (a step the ranks agree on is saved) and gives it
-back for the end (``phase`` says which). Standard library only: it runs before anything else is imported.
+back for the end (``phase`` says which). Under mpiexec a Ctrl-C before MPI has started is kept until it has
+(``mpi_started``): a rank that left earlier would leave a partner waiting in MPI_Init (C code, where no Python
+handler runs) for ever. Standard library only: it runs before anything else is imported.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import sys
 from types import FrameType
 
 EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130, as a shell's Ctrl-C
+SIZES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE")  # a rank of a job of more than one process has one > 1
 PROGRAM = "minidl.train"
 _phase = ["during start-up (imports, MPI, data, model), before the first step"]
 
@@ -34,10 +37,23 @@ def launched_rank() -> int:
     return 0
 
 
+_mpi = {"started": not any(os.environ.get(v, "1") not in ("", "1") for v in SIZES), "pending": False}
+
+
 def handler(signum: int, frame: FrameType | None) -> None:
+    if not _mpi["started"]:  # a partner may be inside MPI_Init, which would wait for this rank for ever
+        _mpi["pending"] = True
+        return
     if launched_rank() == 0:
         os.write(2, f"interrupted: {_phase[0]}; nothing saved\n".encode())  # unbuffered: os._exit flushes nothing
     os._exit(EXIT_INTERRUPTED)
+
+
+def mpi_started() -> None:
+    """Every rank of the job is past MPI_Init (or the run uses no MPI): a Ctrl-C that came before ends it now."""
+    _mpi["started"] = True
+    if _mpi["pending"]:
+        handler(signal.SIGINT, None)
 
 
 def phase(text: str) -> None:

@@ -20,6 +20,7 @@ import numpy as np
 
 import minidl
 import minidl.distributed as dist
+from minidl import startup
 from minidl.distributed.pipeline.schedule import SCHEDULES
 from minidl.distributed.timeout import train_timeout
 from minidl.distributed.usage import launch_rank, print_error, validate_or_exit
@@ -217,6 +218,7 @@ def run(task_class: Any, argv: list[str] | None = None) -> dict[str, Any]:
     else:
         comm = dist.init(timeout=train_timeout())  # no rank waits forever: MINIDL_COMM_TIMEOUT, default 300 s
         ctx = Context(comm, comm.Get_rank(), comm.Get_size(), args.allreduce)
+    startup.mpi_started()  # a Ctrl-C kept until every rank is past MPI_Init ends the run now
 
     def main() -> dict[str, Any]:
         return fit(task_class(args, cfg, preset), STRATEGIES[args.parallel](ctx, args), args, preset)
