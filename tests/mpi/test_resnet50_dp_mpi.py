@@ -7,6 +7,7 @@ Run: mpiexec -n 2 python -m pytest -q -p no:cacheprovider tests/mpi/test_resnet5
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from minidl.train import cnn
 
@@ -15,6 +16,8 @@ ARGS = ["--model", "resnet50", "--quick", "--dtype", "float64", "--max-steps", "
 
 def test_resnet50_sync_bn_equals_one_process(comm, capsys):
     P = comm.Get_size()
+    if P != 2:  # 75-100 s a size on 2 loaded cores: SyncBatchNorm at every P is tests/mpi's CIFAR ResNet's to hold
+        pytest.skip("ResNet-50's exactness is checked at -n 2 (the step's cost; other P: the CIFAR ResNet tests)")
     par = cnn.main(ARGS + ["--parallel", "data", "--sync-bn", "--batch-size", "2"])
     out = capsys.readouterr().out
     one = cnn.main(ARGS + ["--batch-size", str(2 * P)])
