@@ -2,8 +2,8 @@
 
 ``simulate(P, fn, *args)`` runs ``fn(comm, *args)`` on P threads, each with a ``SimulatedComm``
 that speaks mpi4py's point-to-point surface: ``Get_rank``/``Get_size`` and the ``rank``/``size``
-properties; buffer calls ``Send``, ``Recv``, ``Sendrecv``, ``Isend``, ``Irecv``, ``Ssend``,
-``Issend`` (on NumPy arrays, or mpi4py's specs ``[buf, MPI.DOUBLE]`` and ``[buf, count, MPI.DOUBLE]``);
+properties; buffer calls ``Send``, ``Recv``, ``Sendrecv``, ``Sendrecv_replace``, ``Isend``, ``Irecv``,
+``Ssend``, ``Issend`` (on NumPy arrays, or mpi4py's specs ``[buf, MPI.DOUBLE]`` and ``[buf, count, MPI.DOUBLE]``);
 object calls ``send``, ``recv``, ``isend``, ``irecv``, ``sendrecv`` (an object is deep-copied, as
 if pickled and loaded, but nothing is pickled); requests with ``Wait``/``wait``, ``Test``/``test``
 and ``Request.Waitall``/``waitall``/``Waitany``/``Testall``; ``Probe``/``Iprobe``/``probe``/``iprobe``
@@ -62,6 +62,7 @@ from collectives.communicators import NonblockingSendrecv
 ANY_SOURCE = -2
 ANY_TAG = -1
 PROC_NULL = -1
+POLL_YIELD = 1e-4  # seconds a Test or Iprobe that finds nothing gives the other ranks' threads
 
 
 class NotOffered(AttributeError):
@@ -500,7 +501,10 @@ class _World:
             self._check_abort()
             while block and not probe.done:
                 self._block(rank, [probe])
-            return probe.match()
+            found = probe.match()
+        if found is None:
+            time.sleep(POLL_YIELD)
+        return found
 
     def _block(self, rank: int, waits: list[Any]) -> None:
         self._check_abort()
@@ -516,7 +520,9 @@ class _World:
             done = all(r.done for r in requests)
             if done:
                 self._complete(rank, requests)
-            return done
+        if not done:
+            time.sleep(POLL_YIELD)  # a rank polling in a loop lets the others run (the threads share one GIL)
+        return done
 
     def forget(self, request: Request) -> None:
         with self.lock:
@@ -681,6 +687,12 @@ class SimulatedComm(NonblockingSendrecv):
         Request.Waitall([recv, send])
         _fill(status, recv)
 
+    def Sendrecv_replace(self, buf: Any, dest: int, sendtag: int = 0, source: int = ANY_SOURCE,
+                         recvtag: int = ANY_TAG, status: Status | None = None) -> None:  # fmt: skip
+        """MPI_Sendrecv_replace: send buf, then receive into it (the sent bytes are a copy taken first)."""
+        data = _as_bytes(buf, writable=True, what="Sendrecv_replace")
+        self.Sendrecv(data.copy(), dest, sendtag, buf, source, recvtag, status)
+
     # -- objects (lower case): deep-copied, never pickled ------------------------------------------------
     def isend(self, obj: Any, dest: int, tag: int = 0, _call: str = "isend") -> Request:
         self._check_peer(dest, _call, any_ok=False)
@@ -782,6 +794,14 @@ def open_requests(comm: SimulatedComm) -> list[Request]:
     """The requests this rank posted (on any communicator of its world) and has not completed."""
     with comm._world.lock:
         return list(comm._world.open[comm._rank])
+
+
+def written_after_post(comm: SimulatedComm, requests: Sequence[Request]) -> None:
+    """Record a send buffer written since its post, for sends a rank left uncompleted when its call returned."""
+    with comm._world.lock:
+        for request in requests:
+            if request.kind == "send":
+                comm._world._written(request)
 
 
 def violations(comm: SimulatedComm) -> list[Violation]:

@@ -47,6 +47,10 @@ from collectives.kit.run import MPI_ERRORS, PROPERTIES, Outcome, _check, _order,
 from collectives.kit.search import Domain, draw, shrink
 from collectives.kit.spec import COLLECTIVES, wrong
 
+STUCK = (
+    "sends are synchronous here: a schedule that needs MPI to buffer its sends deadlocks, as does a receive "
+    "from a rank that never sends it"
+)
 POLL_S = 2e-4  # between two tests of a pending call: short next to a message, long next to a Test
 REPEATS = 3  # runs of a found case under MPI that tell a steady failure from an intermittent one
 
@@ -101,10 +105,7 @@ class Watch:
                     f"blocked in {call} at {self.where} when rank {status.Get_source()} failed: {text.decode()}"
                 )
             if time.monotonic() > self.deadline:
-                raise Hung(
-                    f"no return after {self.timeout:g} s, blocked in {call} at {self.where} (sends are synchronous: "
-                    "a schedule that needs MPI to buffer deadlocks)"
-                )
+                raise Hung(f"no return after {self.timeout:g} s, blocked in {call} at {self.where} ({STUCK})")
             time.sleep(POLL_S)
         self.current, self.where = "nothing (computing)", ""
 
@@ -312,6 +313,11 @@ class WatchedComm(NonblockingSendrecv):
         """Sendrecv's pair (communicators.NonblockingSendrecv posts it), waited on by polling."""
         call = f"Sendrecv(dest={send.peer}, source={_peer(recv.peer)})"
         self.watch.poll(lambda: recv._test(status) & send._test(), call)
+
+    def Sendrecv_replace(self, buf: Any, dest: int, sendtag: int = 0, source: int = -2, recvtag: int = -1,
+                         status: Any = None) -> None:  # fmt: skip
+        data = _array(buf)
+        self.Sendrecv(buf if data is None else data.copy(), dest, sendtag, buf, source, recvtag, status)
 
     # -- objects ------------------------------------------------------------------------------------------
     def isend(self, obj: Any, dest: int, tag: int = 0) -> Req:

@@ -54,6 +54,11 @@ def describe_failure(
     intermittent = any(note.startswith("intermittent") for note in notes)
     lines.append(f"{'failing case' if intermittent else 'smallest failing case'}: {case}")
     lines += list(notes) + outcome.notes
+    if case.layout != "world":
+        lines.append(
+            f"note: the function ran on a communicator made by Split ({case.layout}): its ranks are 0..q-1 of its "
+            "group; code that uses MPI.COMM_WORLD's rank or size, or a world rank, breaks there"
+        )
     lines.append("properties: " + ", ".join(f"{p} {'FAILED' if p in broken else 'ok'}" for p in outcome.checked))
     lines += _inputs(outcome) + _answers(outcome)
     traced_dtype = "int64" if roles is None else "float64"
@@ -182,6 +187,8 @@ def step_table(
         lines.append(f"... {len(rows) - TABLE_STEPS} more steps")
     if not lines:
         lines.append("(no messages)")
+    if any("?" in line for line in lines):
+        lines.append("('?': a value no partial sum of the inputs can be: a buffer sent before it was filled?)")
     if not outcome.ok:
         lines.append(f"on these values too: {outcome.failures[0][0]}: {outcome.failures[0][1].splitlines()[0]}")
     return lines, outcome

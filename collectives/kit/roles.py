@@ -43,6 +43,7 @@ class Roles(tuple):
     """The canonical roles, remembering the words the user gave them (``text``) for the report."""
 
     text: str = ""
+    words: dict[str, str] = {}  # noqa: RUF012  (set per instance: the user's word for each canonical role)
 
 
 def internal(collective: str, inplace: bool = False) -> list[str]:
@@ -88,7 +89,7 @@ def parse(text: str | Sequence[str] | None, collective: str, inplace: bool = Fal
     if missing:
         raise ValueError(f"--signature: {collective} needs a {missing[0]!r} role ({', '.join(mine)})")
     parsed = Roles(roles)
-    parsed.text = ", ".join(names)
+    parsed.text, parsed.words = ", ".join(names), dict(zip(roles, names))
     return parsed
 
 

@@ -22,7 +22,19 @@ from typing import Any
 
 import numpy as np
 
-from collectives.kit.cases import DTYPES, LARGE, LAYOUTS, OP_KINDS, Case, _st, ops_for, ranks, sizes, value_kinds
+from collectives.kit.cases import (
+    DTYPES,
+    LARGE,
+    LAYOUTS,
+    OP_KINDS,
+    Case,
+    _st,
+    np_dtype,
+    ops_for,
+    ranks,
+    sizes,
+    value_kinds,
+)
 from collectives.kit.spec import COLLECTIVES
 
 SEARCH_LIMIT = 200  # cases tried while shrinking, at most
@@ -119,7 +131,7 @@ def size_classes(p: int, rng: np.random.Generator, large: bool = True) -> list[i
 
 
 BEYOND = 0.1  # the share of cases drawn past max_ranks (up to twice it), where only a large p breaks
-HUGE = 0.05  # the share of cases drawn with n of 2^16..2^18 (past 512 KiB of float64), at p <= 8
+HUGE = 0.08  # the share of cases drawn with 512 KiB..2 MiB a rank (where MPI libraries change protocol), at p <= 8
 
 
 def draw(
@@ -136,8 +148,8 @@ def draw(
     op = str(rng.choice(ops_for(dtype, domain.ops))) if domain.reduces else None
     classes = size_classes(p, rng, domain.large)
     n = classes[int(rng.integers(0, len(classes)))]
-    if domain.large and p <= 8 and rng.random() < HUGE:
-        n = int(rng.integers(2**16, 2**18 + 1))
+    if domain.large and p <= 8 and rng.random() < HUGE:  # by bytes: past 512 KiB in any dtype
+        n = int(rng.integers(2**19, 2**21 + 1)) // np_dtype(dtype).itemsize
     n = max(n, domain.least_n(p))
     root = int(rng.integers(0, p)) if domain.rooted else 0
     values = str(rng.choice(value_kinds(dtype, op)))
