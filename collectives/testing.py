@@ -193,8 +193,8 @@ def _check_numbers(max_ranks: int, examples: int, timeout: float, min_ranks: int
 
 REPEATS = 5  # runs of a found case that tell a steady failure from an intermittent one
 STALE = (
-    "this case passes on fresh ranks (new copies of the module) and fails after the earlier cases' calls in the "
-    "same processes: state kept between calls (a module global, a cached buffer, a counter) went stale"
+    "this case's first call is right on fresh ranks (new copies of the module) and wrong after the earlier cases' "
+    "calls in the same processes: state kept between calls (a module global, a cached buffer, a counter) went stale"
 )
 
 
@@ -222,7 +222,8 @@ def _shrunk(
     again = [run(outcome.case) for _ in range(REPEATS - 1)]
     failed = 1 + sum(broken in (p for p, _ in o.failures) for o in again)
     notes = [f"found at {found} ({outcome.case})"]
-    if failed == REPEATS and all(run(outcome.case, fresh=True).ok for _ in range(2)):
+    fresh = [run(outcome.case, fresh=True) for _ in range(2)] if failed == REPEATS and broken != "repeatable" else []
+    if fresh and all(not f.failures or f.failures[0][0] != broken for f in fresh):
         outcome.failures.insert(0, ("repeatable", STALE))
         return describe_failure(fn, outcome, diagram, notes, timeout=min(timeout, 10.0), roles=roles)
     if failed < REPEATS:
