@@ -129,14 +129,7 @@ def network_layers(model, batch: int, image: int, quick: bool = False, repeats: 
     totals: dict[str, float] = {}
     for layer, count in shapes.items():
         cands = {m: step for m, step in _candidates(layer, rng).items() if m in ("auto", "torch")}
-        for step in cands.values():
-            step()  # warm-up
-        times: dict[str, list[float]] = {m: [] for m in cands}
-        for _ in range(repeats):
-            for m, step in cands.items():
-                t0 = time.thread_time()
-                step()
-                times[m].append(1e3 * (time.thread_time() - t0))
+        times = interleaved(cands, repeats)
         cells = []
         for m, ts in times.items():
             totals[m] = totals.get(m, 0.0) + count * statistics.median(ts)
@@ -153,6 +146,19 @@ def network_layers(model, batch: int, image: int, quick: bool = False, repeats: 
     print(f"{'all convolutions of a step':>34}: {line}{ratio}; peak RSS {peak_rss_mb():,.0f} MB")
 
 
+def interleaved(cands: dict, repeats: int) -> dict[str, list[float]]:
+    """Each candidate's thread-CPU ms per call, one warm-up each, then the candidates in turn ``repeats`` times."""
+    for step in cands.values():
+        step()  # warm-up
+    times: dict[str, list[float]] = {m: [] for m in cands}
+    for _ in range(repeats):
+        for m, step in cands.items():
+            t0 = time.thread_time()
+            step()
+            times[m].append(1e3 * (time.thread_time() - t0))
+    return times
+
+
 def main(quick: bool = False, repeats: int = 5) -> None:
     rng = np.random.default_rng(0)
     layers = LAYERS[:1] + LAYERS[6:7] if quick else LAYERS
@@ -162,14 +168,7 @@ def main(quick: bool = False, repeats: int = 5) -> None:
     print(f"each with its ratio to torch and its % of the sgemm peak measured here, {peak:.1f} GFLOP/s")
     for layer in layers:
         cands = _candidates(layer, rng)
-        for step in cands.values():
-            step()  # warm-up
-        times: dict[str, list[float]] = {m: [] for m in cands}
-        for _ in range(repeats):
-            for m, step in cands.items():
-                t0 = time.thread_time()
-                step()
-                times[m].append(1e3 * (time.thread_time() - t0))
+        times = interleaved(cands, repeats)
         ref = statistics.median(times["torch"]) if "torch" in times else None
         cells = []
         for m, ts in times.items():
