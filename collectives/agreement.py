@@ -35,6 +35,12 @@ The same idea checks the v-collectives' counts (``agree_on_counts``): the handsh
 rank's [counts, -counts] reduced by max, which gives every rank max(counts) and -min(counts) at no
 extra round; they are equal everywhere only if every rank brought the same counts.
 
+A rank that skips the check (``check=False`` on that rank alone) goes straight to the schedule, and the
+others wait in the handshake for a message it will never send. A wait cannot tell a late partner from a
+missing one, but on MPI's own communicator the handshake's waits are polled (``exchange``,
+``wait_in_check``): after STALL seconds a rank looks for a message of a collective's schedule sent to it
+(any collectives tag but the check's) and, if one is there, names its sender in one line.
+
 Cost: (log2 p' + 2d) (alpha + (104 + 8 ndim) bytes beta) per call, which matters only for short
 messages. Callers that know their ranks agree may pass ``check=False`` to the allreduces.
 """
@@ -43,13 +49,15 @@ from __future__ import annotations
 
 import functools
 import operator
+import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from collectives.algorithms.fold import allgather_blocks, fold_of
-from collectives.common import TAG_CHECK, TAG_HEADERS, Op, combine, reduction
+from collectives.common import TAG_CHECK, TAG_COUNTS, TAG_HEADERS, Op, combine, reduction
 
 FIXED = np.dtype(
     [
@@ -159,24 +167,84 @@ def handshake(comm: Any, head: bytes, x: np.ndarray = NOTHING, f: Op | None = No
     room = np.empty(ROOM, np.uint8)
     mine, agreed = x, True
     if fold.extra and fold.newrank < 0:  # fold in: even rank 2i hands x to 2i+1 and waits for the answer
-        comm.Send(b"".join((expected, x.data)), rank + 1, TAG_CHECK)
-        comm.Recv(room, rank + 1, TAG_CHECK)
+        exchange(comm, head, b"".join((expected, x.data)), rank + 1, room)
         agreed = room.data[: len(expected)] == expected
         if agreed and f is not None:
             mine = np.frombuffer(room, x.dtype, x.size, len(expected)).copy()  # a result of its own
         return mine, agreed
     if fold.extra:
-        comm.Recv(room, rank - 1, TAG_CHECK)
+        exchange(comm, head, None, rank - 1, room)
         mine, agreed = _merge(room, expected, mine, f, lower=True)
     for peer in fold.doubling_peers:
-        comm.Sendrecv(
-            b"".join((head, AGREED if agreed else DIFFERS, mine.data)), peer, TAG_CHECK, room, peer, TAG_CHECK
-        )
+        exchange(comm, head, b"".join((head, AGREED if agreed else DIFFERS, mine.data)), peer, room)
         if agreed:
             mine, agreed = _merge(room, expected, mine, f, lower=peer < rank)
     if fold.extra:  # fold out: 2i+1 hands the answer (and result) back to 2i
         comm.Send(b"".join((head, AGREED if agreed else DIFFERS, mine.data)), rank - 1, TAG_CHECK)
     return mine, agreed
+
+
+def exchange(comm: Any, head: bytes, message: bytes | None, peer: int, room: np.ndarray) -> None:
+    """One step of the handshake with ``peer``: send ``message`` (unless None) and receive its message into ``room``.
+
+    A partner that never enters the handshake (it passed ``check=False``, or called something else) leaves this
+    rank waiting here. On MPI's own communicator the wait is polled, so that a rank that has waited STALL seconds
+    while a message of a collective's schedule (any other collectives tag) is pending for it says so, in one line
+    (``say_if_skipped``), then waits on: a wait cannot tell a late partner from one that will never come, and only
+    ``MINIDL_COMM_TIMEOUT`` turns it into an error. Other communicators (in-process ranks, the simulator's, minidl's
+    TimeoutComm) wait as they always do, and find a deadlock in their own way.
+    """
+    if type(comm).__module__ != "mpi4py.MPI":
+        if message is None:
+            comm.Recv(room, peer, TAG_CHECK)
+        else:
+            comm.Sendrecv(message, peer, TAG_CHECK, room, peer, TAG_CHECK)
+        return
+    from mpi4py import MPI
+
+    requests = [comm.Irecv(room, peer, TAG_CHECK)]
+    if message is not None:
+        requests.append(comm.Isend(message, peer, TAG_CHECK))
+    wait_in_check(comm, head, functools.partial(MPI.Request.Testall, requests))
+
+
+def wait_in_check(comm: Any, head: bytes, done: Callable[[], bool]) -> None:
+    """Poll ``done()`` (an MPI test of the handshake's requests) until it is True, saying once if a partner skipped."""
+    if done():
+        return
+    start = time.monotonic()
+    looked: float | None = start
+    while not done():
+        now = time.monotonic()
+        if now - start > STALL / 10:
+            time.sleep(0.0005)  # a long wait leaves the core to the ranks it waits for
+        if looked is not None and now - start > STALL and now - looked > STALL / 4:  # look 4 times a STALL, say once
+            looked = None if say_if_skipped(comm, head, now - start) else now
+
+
+SCHEDULE_TAGS = [t for t in range(TAG_CHECK + 1, TAG_COUNTS + 1) if t != TAG_HEADERS]  # the collectives' other tags
+STALL = 2.0  # seconds in one step of the handshake before a rank looks for a partner that skipped it
+
+
+def say_if_skipped(comm: Any, head: bytes, waited: float) -> bool:
+    """Print one line and return True if a message of another collective's schedule waits for this rank."""
+    from mpi4py import MPI
+
+    status = MPI.Status()
+    for tag in SCHEDULE_TAGS:
+        if comm.Iprobe(MPI.ANY_SOURCE, tag, status):
+            other = status.Get_source()
+            call = np.frombuffer(head, FIXED, 1)[0]["call"].decode()
+            print(
+                f"collectives: rank {comm.Get_rank()} of {comm.Get_size()} has waited {waited:.0f} s in the agreement"
+                f" check of {call} while rank {other} sends it a message of a collective's schedule (tag {tag})"
+                f" without it: did rank {other} pass check=False, or call another collective? Every rank must pass"
+                " the same check. This rank waits on (MINIDL_COMM_TIMEOUT=SECONDS ends such a wait with an error).",
+                file=sys.stderr,
+                flush=True,
+            )
+            return True
+    return False
 
 
 def _merge(room: np.ndarray, expected: bytes, mine: np.ndarray, f: Op | None, lower: bool) -> tuple[np.ndarray, bool]:

@@ -63,7 +63,9 @@ def allreduce(comm: Any, x: Any, op: str = "sum", algorithm: str = "auto", check
     (log2 p' + 2d) latencies of ~100 bytes (agreement.py), worth it only for vectors of a few KiB. The price:
     nothing compares the ranks' arrays any more, so ranks that disagree get what MPI gives them: at p = 2
     unequal sizes give one rank a result of its own shape built from a short message (wrong, no error) and
-    the other "message truncated"; at larger p a hang is possible. Every rank must pass the same ``check``.
+    the other "message truncated"; at larger p a hang is possible. Every rank must pass the same ``check``: on
+    MPI's own communicator a rank left in the check by one that skipped it says so after 2 s, in one line, and waits
+    on (``MINIDL_COMM_TIMEOUT`` makes such a wait an error; agreement.py).
     """
     if check and type(x) is np.ndarray and algorithm in ("auto", "recursive_doubling"):
         out = fastpath.allreduce(comm, x, op, algorithm == "auto")  # short and checked: fastpath.py

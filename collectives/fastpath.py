@@ -38,6 +38,7 @@ and only for native-order arrays of a numeric dtype; anything else takes the gen
 from __future__ import annotations
 
 import atexit
+import functools
 import sys
 import weakref
 from typing import Any
@@ -45,7 +46,16 @@ from typing import Any
 import numpy as np
 
 from collectives import cost
-from collectives.agreement import AGREED, DIFFERS, INLINE, ROOM, STATUS, header_bytes, raise_unless_agreed
+from collectives.agreement import (
+    AGREED,
+    DIFFERS,
+    INLINE,
+    ROOM,
+    STATUS,
+    header_bytes,
+    raise_unless_agreed,
+    wait_in_check,
+)
 from collectives.algorithms.fold import fold_of
 from collectives.auto import auto_algorithm
 from collectives.common import LOGICAL, TAG_CHECK, reduction
@@ -120,7 +130,8 @@ class Plan:
                 self.requests.append(recv)
                 send = comm.Send_init([self.sendbuf, mpi.BYTE], peer, TAG_CHECK)
                 self.requests.append(send)
-                self.exchange += ((recv.Start, send.Start, send.Wait, recv.Wait),)
+                wait_recv = functools.partial(wait_in_check, comm, self.head, recv.Test)  # says if a partner skipped
+                self.exchange += ((recv.Start, send.Start, send.Wait, wait_recv),)
         if len(self.steps) == 1 and self.exchange and not self.fresh_out:
             # the common case (p = 2, MPI) with all it needs in one tuple: one unpacking instead of many lookups
             lower = peers[0][1]  # the partner is the lower rank

@@ -1,13 +1,16 @@
 """MINIDL_COMM_TIMEOUT over the public collectives (issue 32): two ranks in MPI's own Barrier while the third is in
 collectives.allreduce hung silently, the watch covering only minidl.train; now the third raises naming its call
 and the job ends. So does a job whose last rank passes check=False alone (every rank must pass the same check).
+Without the variable that job used to hang without a word; now a rank left in the agreement check says why.
 The subprocess's timeout (generous: the machine may be loaded) only keeps a regression from hanging the suite."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -66,3 +69,27 @@ def test_the_last_rank_passing_check_false_alone_is_named():
 def test_ranks_that_agree_are_unchanged_under_the_watch():
     code, out = run("out = collectives.allreduce(comm, np.ones(4)); assert out.tolist() == [3.0] * 4; print('ok')")
     assert code == 0 and out.count("ok") == 3, out
+
+
+@pytest.mark.parametrize("algorithm, n", [("ring", 4), ("recursive_doubling", 4), ("tree", 5000)])
+def test_without_a_timeout_a_rank_left_in_the_check_says_the_last_rank_skipped_it(algorithm, n):
+    """recursive_doubling at 4 floats takes the fast path (fastpath.py's persistent requests), the others the
+    handshake; both poll and look for the skipper's messages after agreement.STALL seconds. The job would wait on
+    for ever (only MINIDL_COMM_TIMEOUT ends it), so the test ends it once the line is there."""
+    body = f"collectives.allreduce(comm, np.ones({n}), algorithm={algorithm!r}, check=not last)"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    env.pop("MINIDL_COMM_TIMEOUT", None)
+    command = [str(MPIEXEC), "-n", "3", sys.executable, "-c", SCRIPT.format(body=body)]
+    job = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env, cwd=str(ROOT), start_new_session=True)
+    said, deadline = "", time.monotonic() + 120  # generous: the machine may be loaded
+    try:
+        assert job.stderr is not None
+        for line in job.stderr:
+            if "has waited" in line or time.monotonic() > deadline:
+                said = line
+                break
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+    assert "in the agreement check of" in said and "while rank 2 sends it a message" in said, said
+    assert "did rank 2 pass check=False" in said and "Every rank must pass the same check" in said, said

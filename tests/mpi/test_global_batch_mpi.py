@@ -31,7 +31,10 @@ def test_global_batch_gives_one_process_result(comm, capsys):
         np.testing.assert_allclose(par["params"][k], one["params"][k], rtol=1e-8, atol=1e-12, err_msg=k)
     if comm.Get_rank() == 0:
         assert f"B={60 // P} streams/rank" in out
-        assert f"global batch 60 = {P} x {60 // P}: 6 optimizer steps, as one process; lr 5, tuned for batch 10, not scaled (--lr-scaling linear scales it)" in out
+        assert (
+            f"global batch 60 = {P} x {60 // P}: 6 optimizer steps, as one process; lr 5, tuned for batch 10, not scaled (--lr-scaling linear scales it)"
+            in out
+        )
 
 
 def test_the_header_says_the_global_batch_the_steps_and_the_rate(comm, capsys):
