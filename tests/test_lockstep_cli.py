@@ -74,6 +74,28 @@ def test_a_rank_that_takes_fewer_steps_ends_the_job_naming_every_rank(launch):
     assert "[rank 0 of 2]" in out, out  # the rank that left says which it is (a traceback does not)
 
 
+SLOW_TO_SAY = """
+import time
+try:
+    train(2 + rank)
+except Exception:
+    if rank == 1:
+        time.sleep(2)  # a rank slow to print its error, as on a loaded machine
+    raise
+"""
+
+
+@pytest.mark.parametrize("launch", ["main()\n", "dist.run(main)\n"])
+def test_the_rank_first_to_end_waits_for_the_others_to_say_their_error(launch):
+    """The first rank to exit with a failure ends the job (mpiexec kills the rest): before, rank 0 left at once
+    (dist.run: after 0.5 s), and rank 1, 2 s behind, was killed before its line was out (under load, a partner
+    a few hundred milliseconds behind lost its line or half its traceback, 3 runs in 25)."""
+    proc, out = run_job(SLOW_TO_SAY, launch)
+    assert proc.returncode != 0, out
+    assert out.count("ranks [1]: optimizer step 3 (2 steps done)") >= 2, out  # both ranks said it
+    assert out.count("add_param_group on one rank.") >= 2, out  # and both to their last line
+
+
 def test_add_param_group_on_one_rank_after_the_first_step_ends_the_job():
     body = """
     train(1)

@@ -20,6 +20,8 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 _local = threading.local()
 _main_comm: Any = None  # the main thread's communicator, the fallback for other threads
 
@@ -113,6 +115,39 @@ def barrier(comm: Any = None) -> None:
 # On the simulated communicator (threads of one process) there is no ``Abort``: the exception is
 # re-raised and ``collectives.simulate`` reports it.
 ABORT_GRACE_S = 0.5  # seconds between printing the error and MPI_Abort
+#
+# A MismatchError is raised on every rank at once, and each prints it. But the first rank to end with a failure
+# ends the job (mpiexec kills the others at once), and on a loaded machine a partner a few hundred milliseconds
+# behind is killed before its line is out: the job then names one rank's view, or half a traceback. So a rank
+# that has printed a mismatch says so to every rank of the job and waits until each has said so too
+# (``await_reports``), then ends; only a rank that never says (it caught the error and went on) is waited for
+# REPORT_WAIT_S before the job is ended anyway.
+REPORT_WAIT_S = 10.0
+TAG_REPORTED = 0x5A1D  # the point-to-point tag of "this rank has printed its error" (no collective's tag)
+
+
+def await_reports(seconds: float = REPORT_WAIT_S) -> bool:
+    """After printing a mismatch: tell every process of the MPI job so, and wait until each has told this one
+    (or ``seconds`` pass). Returns whether all did (True at once outside an MPI job of more than one process).
+
+    The message is one byte to every other rank of ``MPI.COMM_WORLD`` (what an exit ends), tag TAG_REPORTED,
+    received from every other rank; polled, so that the wait has a deadline.
+    """
+    world = _world_if_launched()
+    if world is None or world.Get_size() == 1:
+        return True
+    from mpi4py import MPI
+
+    peers = [r for r in range(world.Get_size()) if r != world.Get_rank()]
+    said, heard = np.ones(1, np.uint8), np.zeros(len(peers), np.uint8)
+    requests = [world.Isend(said, peer, TAG_REPORTED) for peer in peers]
+    requests += [world.Irecv(heard[i : i + 1], peer, TAG_REPORTED) for i, peer in enumerate(peers)]
+    deadline = time.monotonic() + seconds
+    while not MPI.Request.Testall(requests):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
 
 
 def _describe(comm: Any) -> str:
@@ -142,6 +177,8 @@ def abort_on_error(exc: BaseException, comm: Any = None, errorcode: int = 1) -> 
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         sys.stderr.write(f"\n{who} aborting the job after an uncaught exception:\n{text}")
     sys.stderr.flush()
+    if isinstance(exc, MismatchError) and _on_mpi(comm) and await_reports():
+        os._exit(errorcode)  # every rank has printed and is ending: nobody is left waiting, nothing to abort
     if comm is not None and callable(getattr(comm, "Abort", None)):
         # MPI_Abort kills every process at once, the launcher's output forwarding included: give the
         # message a moment to travel through mpiexec first, or the job may end without saying why.
@@ -151,6 +188,13 @@ def abort_on_error(exc: BaseException, comm: Any = None, errorcode: int = 1) -> 
         # or the caller's re-raise prints the traceback this function just spared.
         sys.stderr.flush()
         os._exit(errorcode)
+
+
+def _on_mpi(comm: Any) -> bool:
+    """Whether ``comm`` is (or wraps) an mpi4py communicator (not the simulator's threads)."""
+    from minidl.distributed.timeout import base_comm
+
+    return comm is not None and type(base_comm(comm)).__module__.split(".")[0] == "mpi4py"
 
 
 def _world_if_launched() -> Any:

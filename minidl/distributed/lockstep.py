@@ -122,6 +122,12 @@ def finish() -> None:
 
 
 def _finish_at_exit() -> None:
+    from minidl.distributed.comm import await_reports
+
+    if isinstance(getattr(sys, "last_value", None), MismatchError):  # printed (above) on its way out, as on
+        sys.stderr.flush()  # every rank: the others may be slower to print theirs, and this exit ends the job
+        await_reports()
+        return
     if not _at_exit or getattr(sys, "last_value", None) is not None:
         return  # already agreed (dist.run), or the process dies of an error (MPI then ends the job)
     comm, optimizer = _at_exit[0]
@@ -130,6 +136,7 @@ def _finish_at_exit() -> None:
         end_of_run(comm, optimizer.updates)
     except MismatchError as e:
         print(f"[rank {comm.Get_rank()} of {comm.Get_size()}] {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+        await_reports()  # (comm.py) the partners print theirs before this exit ends the job
         os._exit(1)  # an exception in an atexit handler would not change the exit status
 
 
