@@ -22,6 +22,7 @@ import os
 import signal
 import sys
 from types import FrameType
+from typing import NoReturn
 
 EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130, as a shell's Ctrl-C
 SIZES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE")  # a rank of a job of more than one process has one > 1
@@ -44,8 +45,24 @@ def handler(signum: int, frame: FrameType | None) -> None:
     if not _mpi["started"]:  # a partner may be inside MPI_Init, which would wait for this rank for ever
         _mpi["pending"] = True
         return
+    end_interrupted(f"interrupted: {_phase[0]}; nothing saved")
+
+
+def end_interrupted(line: str) -> NoReturn:
+    """Rank 0 prints ``line``; every rank ends at once with status 130, but not before that line is out.
+
+    Under mpiexec every rank gets the Ctrl-C, and the first rank to exit ends the job: the others are killed.
+    On a loaded machine rank 0, a few hundred milliseconds behind, was killed before its line was out (status
+    130 and no word). So where MPI runs, the ranks leave together once each has got here, rank 0 with its line
+    out (``minidl.distributed.comm.await_reports``, at most REPORT_WAIT_S; imported only then, so this module
+    stays the standard library's before MPI has started).
+    """
     if launched_rank() == 0:
-        os.write(2, f"interrupted: {_phase[0]}; nothing saved\n".encode())  # unbuffered: os._exit flushes nothing
+        os.write(2, f"{line}\n".encode())  # unbuffered: os._exit flushes nothing
+    if "mpi4py.MPI" in sys.modules:
+        from minidl.distributed.comm import TAG_INTERRUPTED, await_reports
+
+        await_reports(TAG_INTERRUPTED)
     os._exit(EXIT_INTERRUPTED)
 
 

@@ -20,8 +20,6 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 _local = threading.local()
 _main_comm: Any = None  # the main thread's communicator, the fallback for other threads
 
@@ -116,37 +114,41 @@ def barrier(comm: Any = None) -> None:
 # re-raised and ``collectives.simulate`` reports it.
 ABORT_GRACE_S = 0.5  # seconds between printing the error and MPI_Abort
 #
-# A MismatchError is raised on every rank at once, and each prints it. But the first rank to end with a failure
-# ends the job (mpiexec kills the others at once), and on a loaded machine a partner a few hundred milliseconds
-# behind is killed before its line is out: the job then names one rank's view, or half a traceback. So a rank
-# that has printed a mismatch says so to every rank of the job and waits until each has said so too
-# (``await_reports``), then ends; only a rank that never says (it caught the error and went on) is waited for
-# REPORT_WAIT_S before the job is ended anyway.
+# The first rank to end with a failure ends the job: mpiexec kills the others at once. So where every rank prints
+# and ends (a mismatch: raised on every rank), or rank 0 prints and every rank ends (a Ctrl-C), the lines must
+# be out before any rank leaves, or on a loaded machine a rank a few hundred milliseconds behind is killed
+# before its line is: the job names one rank's view of a mismatch, or half a traceback, or ends a Ctrl-C with
+# status 130 and no word. So each rank, its line printed, says so (one byte to every other rank of
+# ``MPI.COMM_WORLD``, what an exit ends) and waits until every rank has said so, then leaves: all leave within
+# a few milliseconds of each other (MPICH's mpiexec, which kills the rest once one has left, then reports a
+# Ctrl-C's 130, not a signal 9). Only a rank that never says (it caught the error and went on, or sits in C
+# code) is waited for REPORT_WAIT_S, then the job ends anyway.
 REPORT_WAIT_S = 10.0
-TAG_REPORTED = 0x5A1D  # the point-to-point tag of "this rank has printed its error" (no collective's tag)
+TAG_REPORTED = 0x5A1D  # the point-to-point tags of "this rank has printed its error" (no collective's tag)
+TAG_INTERRUPTED = 0x5A1E  # and of "this rank is ending after a Ctrl-C (rank 0: its line is out)"
 
 
-def await_reports(seconds: float = REPORT_WAIT_S) -> bool:
-    """After printing a mismatch: tell every process of the MPI job so, and wait until each has told this one
-    (or ``seconds`` pass). Returns whether all did (True at once outside an MPI job of more than one process).
+def await_reports(tag: int = TAG_REPORTED, seconds: float = REPORT_WAIT_S) -> bool:
+    """This rank has printed what it had to say and is about to end: tell every other process of the MPI job
+    so, and wait until each has told this one (or ``seconds`` pass). Returns whether all did; True at once
+    where MPI is not running (not imported, not initialized, or finalized: it is never started here, in a
+    signal handler or at exit) or runs one process.
 
-    The message is one byte to every other rank of ``MPI.COMM_WORLD`` (what an exit ends), tag TAG_REPORTED,
-    received from every other rank; polled, so that the wait has a deadline.
+    One byte with tag ``tag`` to and from every other rank of ``MPI.COMM_WORLD``, polled under a deadline.
     """
-    world = _world_if_launched()
-    if world is None or world.Get_size() == 1:
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is None or not mpi.Is_initialized() or mpi.Is_finalized() or mpi.COMM_WORLD.Get_size() == 1:
         return True
-    from mpi4py import MPI
-
+    world = mpi.COMM_WORLD
     peers = [r for r in range(world.Get_size()) if r != world.Get_rank()]
-    said, heard = np.ones(1, np.uint8), np.zeros(len(peers), np.uint8)
-    requests = [world.Isend(said, peer, TAG_REPORTED) for peer in peers]
-    requests += [world.Irecv(heard[i : i + 1], peer, TAG_REPORTED) for i, peer in enumerate(peers)]
+    heard = [bytearray(1) for _ in peers]
+    requests = [world.Isend(bytearray(1), peer, tag) for peer in peers]
+    requests += [world.Irecv(buffer, peer, tag) for buffer, peer in zip(heard, peers)]
     deadline = time.monotonic() + seconds
-    while not MPI.Request.Testall(requests):
+    while not mpi.Request.Testall(requests):
         if time.monotonic() > deadline:
             return False
-        time.sleep(0.005)
+        time.sleep(0.001)
     return True
 
 

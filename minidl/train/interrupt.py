@@ -20,11 +20,11 @@ from __future__ import annotations
 import os
 import shlex
 import signal
-import sys
 import threading
 from types import FrameType
 from typing import Any
 
+from minidl import startup
 from minidl.distributed import checkpoint_schedule
 from minidl.train.checks import MODE_FLAGS
 
@@ -52,10 +52,8 @@ class Watch:
         self.count += 1
         if self.count > 1 or self.immediate:
             why = "a parameter server keeps no checkpoint" if self.immediate else "second Ctrl-C"
-            if _rank() == 0:
-                sys.stderr.write(f"interrupted: {why}; stopped at once, nothing saved\n")
-                sys.stderr.flush()
-            os._exit(EXIT_INTERRUPTED)  # no unwinding: another rank may be inside a collective
+            # no unwinding (another rank may be inside a collective); rank 0's line is out before any rank leaves
+            startup.end_interrupted(f"interrupted: {why}; stopped at once, nothing saved")
 
     def agreed(self, ctx: Any) -> bool:
         """True on every rank when any rank got a Ctrl-C (collective over ``ctx``: call it at every step). In
@@ -68,13 +66,6 @@ class Watch:
         if self.previous is not None:
             signal.signal(signal.SIGINT, self.previous)
             self.previous = None
-
-
-def _rank() -> int:
-    for name in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"):
-        if os.environ.get(name, "").isdigit():
-            return int(os.environ[name])
-    return 0
 
 
 def checkpoint_path(args: Any, task_name: str, step: int) -> str:
