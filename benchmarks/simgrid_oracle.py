@@ -42,6 +42,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 
 CONFIG = [
     "--cfg=network/model:CM02",  # latency factor 1, bandwidth factor 1, no RTT weighting
@@ -178,4 +179,7 @@ def simulate(job: dict) -> float:
 
 
 if __name__ == "__main__":
-    print(json.dumps({"time": simulate(json.load(sys.stdin))}))
+    job = json.load(sys.stdin)
+    cpu = time.process_time()
+    virtual = simulate(job)
+    print(json.dumps({"time": virtual, "cpu_s": time.process_time() - cpu}))  # cpu_s: SimGrid's run, all threads

@@ -11,7 +11,7 @@ from collectives.cost import CostParams
 from collectives.virtual_time import flows
 
 
-def everything(count, links, flow_of, link_of, seeds):
+def everything(count, binds, flow_of, link_of, seeds, flows):
     return np.ones(count, dtype=bool)
 
 
@@ -37,5 +37,57 @@ def test_resharing_the_connected_flows_is_resharing_all(monkeypatch, algorithm, 
 def test_connected_follows_links_through_flows():
     # flows 0: links (0, 1); 1: (1, 2); 2: (3,); seeds link 0 -> flows 0 and 1 (through link 1), not 2
     flow_of, link_of = np.array([0, 0, 1, 1, 2]), np.array([0, 1, 1, 2, 3])
-    assert flows._connected(3, 4, flow_of, link_of, np.array([0])).tolist() == [True, True, False]
-    assert flows._connected(3, 4, flow_of, link_of, np.array([3])).tolist() == [False, False, True]
+    binds = np.ones(4, dtype=bool)
+    none = np.zeros(0, dtype=np.int64)
+    assert flows._connected(3, binds, flow_of, link_of, np.array([0]), none).tolist() == [True, True, False]
+    assert flows._connected(3, binds, flow_of, link_of, np.array([3]), none).tolist() == [False, False, True]
+    # link 1 cannot limit a flow: flows 0 and 1 no longer affect each other; a started flow is always reached
+    binds[1] = False
+    assert flows._connected(3, binds, flow_of, link_of, np.array([0]), none).tolist() == [True, False, False]
+    assert flows._connected(3, binds, flow_of, link_of, none, np.array([2])).tolist() == [False, False, True]
+
+
+def test_binding_links_are_those_whose_flows_caps_exceed_them():
+    # link 0 carries two flows of cap 1 (capacity 2: never full before both reach their caps), link 1 three
+    flow_of, link_of = np.array([0, 1, 1, 2, 3]), np.array([0, 0, 1, 1, 1])
+    caps = np.ones(4)
+    assert flows.binding(np.array([2.0, 2.0]), flow_of, link_of, caps).tolist() == [False, True]
+
+
+def reference_filling(capacity, links, caps, weights=None):
+    """Progressive filling one level at a time (Bertsekas & Gallager), every link taking part: the textbook."""
+    n = len(links)
+    w = np.ones(n) if weights is None else np.asarray(weights, dtype=float)
+    rate, growing, left = np.zeros(n), set(range(n)), np.array(capacity, dtype=float)
+    while growing:
+        weight = {}
+        for i in growing:
+            for link in links[i]:
+                weight[link] = weight.get(link, 0.0) + w[i]
+        share = {link: left[link] / total for link, total in weight.items()}
+        level = min([*share.values(), *(caps[i] / w[i] for i in growing)])
+        frozen = {i for i in growing if caps[i] / w[i] <= level * (1 + 1e-12)}
+        frozen |= {i for i in growing if any(share[link] <= level * (1 + 1e-12) for link in links[i])}
+        for i in frozen:
+            rate[i] = min(level * w[i], caps[i])
+            for link in links[i]:
+                left[link] -= rate[i]
+        growing -= frozen
+    return rate
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_rounds_of_local_bottlenecks_give_the_levels_rates(seed):
+    """The filling freezes every link that is the lowest of all its flows' links in one round; the rates are
+    those of the textbook's one level at a time, on random routes, capacities, caps and weights."""
+    rng = np.random.default_rng(seed)
+    n, links_count = int(rng.integers(1, 30)), int(rng.integers(1, 12))
+    links = [
+        tuple(rng.choice(links_count, size=int(rng.integers(0, min(5, links_count) + 1)), replace=False))
+        for _ in range(n)
+    ]
+    capacity = rng.choice([1.0, 2.0, 3.0, 10.0], size=links_count)
+    caps = rng.choice([0.5, 1.0, 4.0, 100.0], size=n)
+    weights = rng.uniform(0.2, 3.0, n) if seed % 2 else None
+    got = flows.max_min_rates(capacity, links, caps, weights)
+    assert got == pytest.approx(reference_filling(capacity, links, caps, weights), rel=1e-9)
