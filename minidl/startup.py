@@ -54,13 +54,13 @@ def end_interrupted(line: str) -> NoReturn:
     Under mpiexec every rank gets the Ctrl-C, and the first rank to exit ends the job: the others are killed.
     On a loaded machine rank 0, a few hundred milliseconds behind, was killed before its line was out (status
     130 and no word). So where MPI runs, the ranks leave together once each has got here, rank 0 with its line
-    out (``minidl.distributed.comm.await_reports``, at most REPORT_WAIT_S; imported only then, so this module
+    out (``minidl.distributed.timeout.await_reports``, at most REPORT_WAIT_S; imported only then, so this module
     stays the standard library's before MPI has started).
     """
     if launched_rank() == 0:
         os.write(2, f"{line}\n".encode())  # unbuffered: os._exit flushes nothing
     if "mpi4py.MPI" in sys.modules:
-        from minidl.distributed.comm import TAG_INTERRUPTED, await_reports
+        from minidl.distributed.timeout import TAG_INTERRUPTED, await_reports
 
         await_reports(TAG_INTERRUPTED)
     os._exit(EXIT_INTERRUPTED)

@@ -113,43 +113,9 @@ def barrier(comm: Any = None) -> None:
 # On the simulated communicator (threads of one process) there is no ``Abort``: the exception is
 # re-raised and ``collectives.simulate`` reports it.
 ABORT_GRACE_S = 0.5  # seconds between printing the error and MPI_Abort
-#
-# The first rank to end with a failure ends the job: mpiexec kills the others at once. So where every rank prints
-# and ends (a mismatch: raised on every rank), or rank 0 prints and every rank ends (a Ctrl-C), the lines must
-# be out before any rank leaves, or on a loaded machine a rank a few hundred milliseconds behind is killed
-# before its line is: the job names one rank's view of a mismatch, or half a traceback, or ends a Ctrl-C with
-# status 130 and no word. So each rank, its line printed, says so (one byte to every other rank of
-# ``MPI.COMM_WORLD``, what an exit ends) and waits until every rank has said so, then leaves: all leave within
-# a few milliseconds of each other (MPICH's mpiexec, which kills the rest once one has left, then reports a
-# Ctrl-C's 130, not a signal 9). Only a rank that never says (it caught the error and went on, or sits in C
-# code) is waited for REPORT_WAIT_S, then the job ends anyway.
-REPORT_WAIT_S = 10.0
-TAG_REPORTED = 0x5A1D  # the point-to-point tags of "this rank has printed its error" (no collective's tag)
-TAG_INTERRUPTED = 0x5A1E  # and of "this rank is ending after a Ctrl-C (rank 0: its line is out)"
 
 
-def await_reports(tag: int = TAG_REPORTED, seconds: float = REPORT_WAIT_S) -> bool:
-    """This rank has printed what it had to say and is about to end: tell every other process of the MPI job
-    so, and wait until each has told this one (or ``seconds`` pass). Returns whether all did; True at once
-    where MPI is not running (not imported, not initialized, or finalized: it is never started here, in a
-    signal handler or at exit) or runs one process.
-
-    One byte with tag ``tag`` to and from every other rank of ``MPI.COMM_WORLD``, polled under a deadline.
-    """
-    mpi = sys.modules.get("mpi4py.MPI")
-    if mpi is None or not mpi.Is_initialized() or mpi.Is_finalized() or mpi.COMM_WORLD.Get_size() == 1:
-        return True
-    world = mpi.COMM_WORLD
-    peers = [r for r in range(world.Get_size()) if r != world.Get_rank()]
-    heard = [bytearray(1) for _ in peers]
-    requests = [world.Isend(bytearray(1), peer, tag) for peer in peers]
-    requests += [world.Irecv(buffer, peer, tag) for buffer, peer in zip(heard, peers)]
-    deadline = time.monotonic() + seconds
-    while not mpi.Request.Testall(requests):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.001)
-    return True
+# await_reports (timeout.py): every rank says its error is out before any leaves
 
 
 def _describe(comm: Any) -> str:
@@ -167,6 +133,7 @@ def abort_on_error(exc: BaseException, comm: Any = None, errorcode: int = 1) -> 
     Returns (so the caller re-raises) only where the communicator has no ``Abort``.
     """
     from collectives.agreement import MismatchError
+    from minidl.distributed.timeout import await_reports
 
     try:
         comm = get_comm(comm)

@@ -122,7 +122,7 @@ def finish() -> None:
 
 
 def _finish_at_exit() -> None:
-    from minidl.distributed.comm import await_reports
+    from minidl.distributed.timeout import await_reports
 
     if isinstance(getattr(sys, "last_value", None), MismatchError):  # printed (above) on its way out, as on
         sys.stderr.flush()  # every rank: the others may be slower to print theirs, and this exit ends the job
@@ -136,7 +136,7 @@ def _finish_at_exit() -> None:
         end_of_run(comm, optimizer.updates)
     except MismatchError as e:
         print(f"[rank {comm.Get_rank()} of {comm.Get_size()}] {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-        await_reports()  # (comm.py) the partners print theirs before this exit ends the job
+        await_reports()  # (timeout.py) the partners print theirs before this exit ends the job
         os._exit(1)  # an exception in an atexit handler would not change the exit status
 
 
