@@ -54,26 +54,13 @@ def test_binding_links_are_those_whose_flows_caps_exceed_them():
     assert flows.binding(np.array([2.0, 2.0]), flow_of, link_of, caps).tolist() == [False, True]
 
 
-def reference_filling(capacity, links, caps, weights=None):
-    """Progressive filling one level at a time (Bertsekas & Gallager), every link taking part: the textbook."""
-    n = len(links)
-    w = np.ones(n) if weights is None else np.asarray(weights, dtype=float)
-    rate, growing, left = np.zeros(n), set(range(n)), np.array(capacity, dtype=float)
-    while growing:
-        weight = {}
-        for i in growing:
-            for link in links[i]:
-                weight[link] = weight.get(link, 0.0) + w[i]
-        share = {link: left[link] / total for link, total in weight.items()}
-        level = min([*share.values(), *(caps[i] / w[i] for i in growing)])
-        frozen = {i for i in growing if caps[i] / w[i] <= level * (1 + 1e-12)}
-        frozen |= {i for i in growing if any(share[link] <= level * (1 + 1e-12) for link in links[i])}
-        for i in frozen:
-            rate[i] = min(level * w[i], caps[i])
-            for link in links[i]:
-                left[link] -= rate[i]
-        growing -= frozen
-    return rate
+def test_the_textbook_filling_on_a_worked_example():
+    """Flow 0 crosses links 0 and 1, flow 1 link 0, flow 2 link 1; capacities 1 and 2. Level 0.5 fills link 0
+    (flows 0 and 1 freeze there); link 1 then has 1.5 left for flow 2 alone. With flow 2 capped at 1, it stops
+    there. Weights 1 and 3 on link 0: flow 1 takes three quarters of it."""
+    assert flows.filling_by_levels(np.array([1.0, 2.0]), [[0, 1], [0], [1]], [9.0, 9.0, 9.0]) == [0.5, 0.5, 1.5]
+    assert flows.filling_by_levels(np.array([1.0, 2.0]), [[0, 1], [0], [1]], [9.0, 9.0, 1.0]) == [0.5, 0.5, 1.0]
+    assert flows.filling_by_levels(np.array([1.0, 2.0]), [[0], [0]], [9.0, 9.0], [1.0, 3.0]) == [0.25, 0.75]
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -90,4 +77,5 @@ def test_the_rounds_of_local_bottlenecks_give_the_levels_rates(seed):
     caps = rng.choice([0.5, 1.0, 4.0, 100.0], size=n)
     weights = rng.uniform(0.2, 3.0, n) if seed % 2 else None
     got = flows.max_min_rates(capacity, links, caps, weights)
-    assert got == pytest.approx(reference_filling(capacity, links, caps, weights), rel=1e-9)
+    expected = flows.filling_by_levels(capacity, [list(ls) for ls in links], caps.tolist(), weights)
+    assert got == pytest.approx(expected, rel=1e-9)

@@ -8,6 +8,11 @@ no flow can go faster without slowing one that is no faster than it. Rates are s
 whenever a flow starts or ends (``Flows.reshare``), and between two changes every flow moves at
 its rate. A network with ``sharing="rtt"`` (network.Cluster) weighs each flow by 1 / its latency,
 as SimGrid's CM02 model does (TCP's bias against long round trips); the default shares equally.
+
+``filling_by_levels`` is that filling as the textbook states it, one level at a time. The engine runs
+``_progressive_filling``: the same rates in a few rounds of NumPy calls, freezing every link that is the
+lowest of all its flows' links at once. A re-share reaches only the flows a change can affect (those
+connected to it through links that can limit a flow, ``binding``).
 """
 
 from __future__ import annotations
@@ -36,6 +41,37 @@ def max_min_rates(
     )
 
 
+def filling_by_levels(
+    capacity: np.ndarray, links: list[list[int]], caps: list[float], weights: list[float] | None = None
+) -> list[float]:
+    """max_min_rates as the textbook fills: one level at a time, in plain Python (the reference the engine's
+    rounds, _progressive_filling, are tested against; with a few flows it is as fast: some 30 us).
+
+    Every growing flow i takes weight_i x level. At each step the level rises to the lowest of each link's
+    share (its capacity left over the weight of its growing flows) and each growing flow's cap / weight;
+    the flows of that link, or at that cap, freeze there, and their rates leave their links' capacity.
+    """
+    n = len(links)
+    w = [1.0] * n if weights is None else [float(x) for x in weights]
+    rate, left, growing = [0.0] * n, {}, set(range(n))
+    while growing:
+        weight: dict[int, float] = {}
+        for i in growing:
+            for link in links[i]:
+                weight[link] = weight.get(link, 0.0) + w[i]
+                left.setdefault(link, float(capacity[link]))
+        share = {link: left[link] / total for link, total in weight.items()}
+        level = min([*share.values(), *(caps[i] / w[i] for i in growing)])
+        limit = level * (1 + 1e-12)
+        frozen = [i for i in growing if caps[i] / w[i] <= limit or any(share[link] <= limit for link in links[i])]
+        for i in frozen:
+            rate[i] = min(level * w[i], caps[i])
+            for link in links[i]:
+                left[link] -= rate[i]
+        growing.difference_update(frozen)
+    return rate
+
+
 def _progressive_filling(
     capacity: np.ndarray,
     flow_of: np.ndarray,
@@ -54,11 +90,12 @@ def _progressive_filling(
     first: every such link, and every flow whose cap is below all its links' shares, freezes in one round
     (the global minimum is always one of them, so each round freezes a flow). On a torus 1 to 5 rounds
     where one level at a time took about 13. Only links that can limit a flow take part (``binding``).
+    filling_by_levels is the textbook's filling; tests/test_flows_incremental.py holds the two to each other.
     """
     n = caps.size
-    rate = np.zeros(n)
     if n == 0:
-        return rate
+        return np.zeros(0)
+    rate = np.zeros(n)
     w = np.ones(n) if weights is None else np.asarray(weights, dtype=float)
     if binds is None:
         binds = binding(capacity, flow_of, link_of, caps)
@@ -66,9 +103,12 @@ def _progressive_filling(
     flow_of, link_of = flow_of[limits], link_of[limits]
     used = np.zeros(capacity.size, dtype=bool)
     used[link_of] = True
-    link_of = (np.cumsum(used) - 1)[link_of]  # the links in use as 0..m-1
-    left = capacity[used]  # capacity not yet given to frozen flows (a copy)
-    m = left.size
+    used_links = np.flatnonzero(used)
+    m = used_links.size
+    number = np.empty(capacity.size, dtype=np.int64)
+    number[used_links] = np.arange(m)
+    link_of = number[link_of]  # the links in use as 0..m-1
+    left = capacity[used_links]  # capacity not yet given to frozen flows (a copy)
     cap_level = caps / w  # the level at which a flow reaches its own cap
     count = np.bincount(flow_of, minlength=n)  # each growing flow's crossings
     free = count == 0
@@ -80,11 +120,15 @@ def _progressive_filling(
         while live.size:
             share = (left / np.bincount(link_of, weights=w_crossing, minlength=m))[link_of]  # per crossing
             first = np.cumsum(count) - count  # each growing flow's first crossing
-            lowest = np.minimum(np.minimum.reduceat(share, first), cap_level[live])  # each flow's least level
+            own = cap_level[live]
+            lowest = np.minimum(np.minimum.reduceat(share, first), own)  # each flow's least level
             limit = lowest * (1 + 1e-12)
             lowest_here = share <= np.repeat(limit, count)  # the crossing's link is its flow's lowest
-            everyones = np.bincount(link_of[lowest_here], minlength=m) == np.bincount(link_of, minlength=m)
-            freeze = np.logical_or.reduceat(everyones[link_of], first) | (cap_level[live] <= limit)
+            everyones = np.bincount(link_of[~lowest_here], minlength=m) == 0  # every flow's there
+            freeze = np.logical_or.reduceat(everyones[link_of], first) | (own <= limit)
+            if freeze.all():  # the last round
+                rate[live] = np.minimum(lowest * w[live], caps[live])
+                break
             done = live[freeze]
             rate[done] = np.minimum(lowest[freeze] * w[done], caps[done])
             crossing = np.repeat(freeze, count)
@@ -126,18 +170,23 @@ class Flows:
     def __init__(self, fabric: Fabric):
         self.capacity, self.fabric = fabric.capacity, fabric
         self.rtt = bool(getattr(fabric, "rtt_sharing", False))  # weights_of: 1 / latency
-        # one entry a flow: bytes left, the message's bytes, bytes/s since the last sharing, its path's cap and
-        # latency, (send, recv) as an object
-        self.left, self.size, self.rate, self.cap, self.latency = (np.zeros(0) for _ in range(5))
+        # one column a flow, one row each: bytes left, the message's bytes, bytes/s since the last sharing, its
+        # path's cap and latency (self.left ... self.latency: views of the rows); (send, recv) as an object
+        self.state = np.zeros((5, 0))
+        self._rows()
         self.messages = np.empty(0, dtype=object)
         # the crossings of the flows in flight: entry e is flow flow_of[e] on link link_of[e]
         self.flow_of, self.link_of = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        self.through = np.zeros(self.capacity.size)  # caps_through: the caps of each link's flows, kept up to date
         self.starting: list[tuple] = []  # (send, recv, path) added since the last sharing, at ``now``
         self.now = 0.0
         self.dirty = False  # flows started or ended since the last sharing
         self.version = 0  # the sharing the pending "next end" event belongs to
         self.next_end = np.inf
         self._links: dict[tuple[int, ...], np.ndarray] = {}  # a route's links as an array, made once
+
+    def _rows(self) -> None:
+        self.left, self.size, self.rate, self.cap, self.latency = self.state
 
     @property
     def active(self) -> int:
@@ -174,24 +223,30 @@ class Flows:
         if start:
             sizes = np.array([float(send.nbytes) for send, _, _ in start])
             count = np.array([a.size for a in changed], dtype=np.int64)
-            self.flow_of = np.concatenate([self.flow_of, np.repeat(np.arange(count.size) + first, count)])
-            self.link_of = np.concatenate([self.link_of, *changed])
-            appended = {
-                "left": sizes, "size": sizes, "rate": np.zeros(len(start)),
-                "cap": np.array([path.rate for _, _, path in start], dtype=float),
-                "latency": np.array([path.latency for _, _, path in start], dtype=float),
-                "messages": _objects([(send, recv) for send, recv, _ in start]),
-            }  # fmt: skip
-            for name, values in appended.items():
-                setattr(self, name, np.concatenate([getattr(self, name), values]))
+            new_flows, new_links = np.repeat(np.arange(count.size), count), np.concatenate(changed)
+            self.flow_of = np.concatenate([self.flow_of, new_flows + first])
+            self.link_of = np.concatenate([self.link_of, new_links])
+            caps = np.array([path.rate for _, _, path in start], dtype=float)
+            latency = np.array([path.latency for _, _, path in start], dtype=float)
+            self.state = np.concatenate([self.state, [sizes, sizes, np.zeros(len(start)), caps, latency]], axis=1)
+            self._rows()
+            self.messages = np.concatenate([self.messages, _objects([(send, recv) for send, recv, _ in start])])
+            self.through += caps_through(self.capacity, new_flows, new_links, caps)
         ended = self.left <= TOLERANCE * self.size
         done = list(self.messages[ended]) if ended.any() else []
-        if not (start or done):
-            self.dirty = False
-            return done
+        if start or done:
+            self._share_changed(start, done, ended, changed, first)
+        self.version += 1
+        self.dirty = False
+        moving = self.rate > 0
+        self.next_end = self.now + (self.left[moving] / self.rate[moving]).min() if moving.any() else np.inf
+        return done
+
+    def _share_changed(self, start: list, done: list, ended: np.ndarray, changed: list, first: int) -> None:
+        """reshare's sharing: remove the ended flows, then share the links among those the change reaches."""
         # links that can limit a flow with the started and the ended flows all counted: a link of a changed flow
         # that is binding neither before nor after the change limited none of its flows, nor will
-        through = caps_through(self.capacity, self.flow_of, self.link_of, self.cap)
+        through = self.through
         either = through > self.capacity
         started = np.arange(first, self.left.size)
         if done:
@@ -201,27 +256,26 @@ class Flows:
             renumber = np.cumsum(~ended) - 1
             self.link_of, self.flow_of = self.link_of[~gone], renumber[self.flow_of[~gone]]
             started = renumber[started[~ended[first:]]]
-            for name in ("left", "size", "rate", "cap", "latency", "messages"):
-                setattr(self, name, getattr(self, name)[~ended])
+            self.state, self.messages = self.state[:, ~ended], self.messages[~ended]
+            self._rows()
+            if not self.flow_of.size:  # none in flight: start again from exact zeros (no rounding left over)
+                through[:] = 0.0
         seeds = np.concatenate(changed)
         seeds = seeds[either[seeds]]
         if self.left.size and (seeds.size or started.size):
             flow_of, link_of = self.flow_of, self.link_of
             binds = through > self.capacity  # binding() now that the ended flows are gone
             touched = _connected(self.left.size, binds, flow_of, link_of, seeds, started)
-            if touched.any():
+            if touched.all():  # (often, on a torus: _connected gave up) every flow as it is
+                latency, caps = self.latency, self.cap
+            elif touched.any():
                 entries = touched[flow_of]
-                renumber = np.cumsum(touched) - 1  # the touched flows as 0..m-1 for the filling
-                latency = self.latency[touched]
-                weights = 1.0 / latency if self.rtt and (latency > 0).all() else None  # weights_of
-                self.rate[touched] = _progressive_filling(
-                    self.capacity, renumber[flow_of[entries]], link_of[entries], self.cap[touched], weights, binds
-                )
-        self.version += 1
-        self.dirty = False
-        moving = self.rate > 0
-        self.next_end = self.now + (self.left[moving] / self.rate[moving]).min() if moving.any() else np.inf
-        return done
+                flow_of, link_of = (np.cumsum(touched) - 1)[flow_of[entries]], link_of[entries]  # as 0..m-1
+                latency, caps = self.latency[touched], self.cap[touched]
+            else:
+                return
+            weights = 1.0 / latency if self.rtt and (latency > 0).all() else None  # weights_of
+            self.rate[touched] = _progressive_filling(self.capacity, flow_of, link_of, caps, weights, binds)
 
     def _array(self, links: tuple[int, ...]) -> np.ndarray:
         """A route's links as an array, made once."""
