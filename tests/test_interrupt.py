@@ -17,6 +17,17 @@ from helpers.signals import ENV, MPIEXEC, interrupt
 from minidl.serialization import load
 from minidl.train.interrupt import checkpoint_path, resume_command
 
+# A job that a Ctrl-C ends has every rank end with 130, each once rank 0's line is out. MPICH's mpiexec kills the
+# ranks still running when the first has ended, and where one is a few milliseconds late it reports that rank's
+# SIGKILL: status 9 (about one Ctrl-C in 75 here, the line printed all the same; docs/training.md says so).
+MPICH_KILLED_A_LATE_RANK = "YOUR APPLICATION TERMINATED WITH THE EXIT STRING: Killed (signal 9)"
+
+
+def ended_by_ctrl_c(code: int, out: str) -> bool:
+    """Status 130, or MPICH's 9 for a rank it killed a moment before that rank's own exit 130."""
+    return code == 130 or (code == 9 and MPICH_KILLED_A_LATE_RANK in out)
+
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -42,7 +53,7 @@ def test_ctrl_c_under_mpiexec_saves_an_agreed_step_and_exits_130(tmp_path):
     save = tmp_path / "lm.npz"
     command = [MPIEXEC, "-n", "2", *train("--parallel", "data", "--save", str(save), "--save-every", "1000")]
     code, out = interrupt(command, tmp_path, after=" step ")
-    assert code == 130, out
+    assert ended_by_ctrl_c(code, out), out
     assert out.count("interrupted at epoch") == 1, out
     assert "Traceback" not in out and "aborting" not in out, out
     path, step = saved_step(out)
@@ -80,7 +91,7 @@ def test_a_second_ctrl_c_stops_at_once():
 def test_ctrl_c_stops_a_parameter_server_job_at_once(tmp_path):
     command = [MPIEXEC, "-n", "3", *train("--parallel", "ps")]
     code, out = interrupt(command, tmp_path, after="| lr ")
-    assert code == 130, out
+    assert ended_by_ctrl_c(code, out), out
     assert "interrupted: a parameter server keeps no checkpoint; stopped at once" in out and "Traceback" not in out
 
 
@@ -121,7 +132,7 @@ time.sleep(60)
 def test_ctrl_c_waits_for_rank_0s_line_before_any_rank_ends(tmp_path, where, line):
     (tmp_path / "late.py").write_text(LATE_RANK_0)
     code, out = interrupt([MPIEXEC, "-n", "3", sys.executable, "late.py", where], tmp_path, after="ready")
-    assert code == 130, out
+    assert ended_by_ctrl_c(code, out), out
     assert out.count(line) == 1 and "Traceback" not in out, out
 
 
@@ -132,7 +143,7 @@ IMPORTS = [sys.executable, "-X", "importtime", "-m", "minidl.train", "lm", "--qu
 
 
 def assert_one_line(code: int, out: str, where: str) -> None:
-    assert code == 130, out
+    assert ended_by_ctrl_c(code, out), out
     assert out.count("interrupted: ") == 1 and f"interrupted: {where}" in out, out
     assert "Traceback" not in out and "KeyboardInterrupt" not in out and "MPI_Abort" not in out, out
 
