@@ -26,7 +26,6 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 ENV = "MINIDL_COMM_TIMEOUT"
-ABORT_GRACE_S = 0.5  # seconds between the printed error and MPI_Abort (a cut traceback, one run in two, without)
 F = TypeVar("F", bound=Callable[..., Any])
 _timed: dict[int, tuple[Any, Any]] = {}  # id(communicator) -> (it, its TimeoutComm): the id stays its own
 
@@ -56,6 +55,7 @@ def abort_if_uncaught(comm: Any) -> None:
     """Should the timeout end the script (nobody catches it), end the job too: the partners it gave up on wait
     in calls of their own that nothing ends, and this process's MPI_Finalize would wait for them. The error is
     printed as Python prints it, then ``comm.Abort(1)``; a script that catches the error keeps the choice."""
+    from minidl.distributed.comm import ABORT_GRACE_S
     from minidl.distributed.timeout import CommTimeoutError
 
     previous = sys.excepthook
@@ -66,7 +66,7 @@ def abort_if_uncaught(comm: Any) -> None:
         previous(kind, error, tb)
         if isinstance(error, CommTimeoutError):
             sys.stderr.flush()
-            time.sleep(ABORT_GRACE_S)  # mpiexec forwards the lines before MPI_Abort tears the job down
+            time.sleep(ABORT_GRACE_S)  # as dist.run does: mpiexec forwards the lines before MPI_Abort ends the job
             comm.Abort(1)
 
     hook.aborts_on_timeout = True  # type: ignore[attr-defined]

@@ -112,10 +112,7 @@ def barrier(comm: Any = None) -> None:
 #
 # On the simulated communicator (threads of one process) there is no ``Abort``: the exception is
 # re-raised and ``collectives.simulate`` reports it.
-ABORT_GRACE_S = 0.5  # seconds between printing the error and MPI_Abort
-
-
-# await_reports (timeout.py): every rank says its error is out before any leaves
+ABORT_GRACE_S = 0.5  # seconds between printing the error and MPI_Abort (collectives/watch.py waits as long)
 
 
 def _describe(comm: Any) -> str:
