@@ -53,7 +53,8 @@ def filling_by_levels(
     """
     n = len(links)
     w = [1.0] * n if weights is None else [float(x) for x in weights]
-    rate, left, growing = [0.0] * n, {}, set(range(n))
+    rate, growing = [0.0] * n, set(range(n))
+    left: dict[int, float] = {}  # each link's capacity not yet given to frozen flows
     while growing:
         weight: dict[int, float] = {}
         for i in growing:
