@@ -10,9 +10,10 @@ its rate. A network with ``sharing="rtt"`` (network.Cluster) weighs each flow by
 as SimGrid's CM02 model does (TCP's bias against long round trips); the default shares equally.
 
 ``filling_by_levels`` is that filling as the textbook states it, one level at a time. The engine runs
-``_progressive_filling``: the same rates in a few rounds of NumPy calls, freezing every link that is the
-lowest of all its flows' links at once. A re-share reaches only the flows a change can affect (those
-connected to it through links that can limit a flow, ``binding``).
+it for a change that reaches a few flows, and for more ``_progressive_filling``: the same rates in a few
+rounds of NumPy calls, freezing every link that is the lowest of all its flows' links at once. A re-share
+reaches only the flows a change can affect (``Flows._share``): those connected to it through links that
+can limit a flow (``binding``), and of these only those at or above the change's own level.
 """
 
 from __future__ import annotations
@@ -36,13 +37,16 @@ def max_min_rates(
     n = len(links)
     flow_of = np.repeat(np.arange(n), [len(ls) for ls in links])  # one entry per (flow, link) crossing
     link_of = np.fromiter((link for ls in links for link in ls), dtype=np.int64, count=flow_of.size)
-    return _progressive_filling(
-        np.asarray(capacity, dtype=float), flow_of, link_of, np.asarray(caps, dtype=float), weights
-    )
+    capacity, caps = np.asarray(capacity, dtype=float), np.asarray(caps, dtype=float)
+    limits = binding(capacity, flow_of, link_of, caps)[link_of]  # the other links never limit a flow: left out
+    return _progressive_filling(capacity, flow_of[limits], link_of[limits], caps, weights)
 
 
 def filling_by_levels(
-    capacity: np.ndarray, links: list[list[int]], caps: list[float], weights: list[float] | None = None
+    capacity: np.ndarray | dict[int, float],
+    links: list[list[int]],
+    caps: list[float],
+    weights: list[float] | None = None,
 ) -> list[float]:
     """max_min_rates as the textbook fills: one level at a time, in plain Python (the reference the engine's
     rounds, _progressive_filling, are tested against; with a few flows it is as fast: some 30 us).
@@ -63,7 +67,7 @@ def filling_by_levels(
                 left.setdefault(link, float(capacity[link]))
         share = {link: left[link] / total for link, total in weight.items()}
         level = min([*share.values(), *(caps[i] / w[i] for i in growing)])
-        limit = level * (1 + 1e-12)
+        limit = level + abs(level) * 1e-12  # (a level below 0: only from rounding)
         frozen = [i for i in growing if caps[i] / w[i] <= limit or any(share[link] <= limit for link in links[i])]
         for i in frozen:
             rate[i] = min(level * w[i], caps[i])
@@ -79,10 +83,10 @@ def _progressive_filling(
     link_of: np.ndarray,
     caps: np.ndarray,
     weights: np.ndarray | None,
-    binds: np.ndarray | None = None,
 ) -> np.ndarray:
     """max_min_rates on the crossings: entry e is flow flow_of[e] on link link_of[e] (arrays of one length, each
-    flow's crossings together in flow order); ``binds`` the links that can limit a flow, if known (``binding``).
+    flow's crossings together in flow order), of the links that can limit a flow only (``binding``: the callers
+    leave the others out).
 
     The filling freezes the flows of many links at once. A link's share (its capacity left over the weight
     of its growing flows) only grows as flows freeze, since a flow freezes at a rate no higher than the
@@ -90,7 +94,7 @@ def _progressive_filling(
     no higher than their caps) is where the filling would freeze them all, whatever happens elsewhere
     first: every such link, and every flow whose cap is below all its links' shares, freezes in one round
     (the global minimum is always one of them, so each round freezes a flow). On a torus 1 to 5 rounds
-    where one level at a time took about 13. Only links that can limit a flow take part (``binding``).
+    where one level at a time took about 13.
     filling_by_levels is the textbook's filling; tests/test_flows_incremental.py holds the two to each other.
     """
     n = caps.size
@@ -98,10 +102,6 @@ def _progressive_filling(
         return np.zeros(0)
     rate = np.zeros(n)
     w = np.ones(n) if weights is None else np.asarray(weights, dtype=float)
-    if binds is None:
-        binds = binding(capacity, flow_of, link_of, caps)
-    limits = binds[link_of]  # the other links never limit a flow: leave them out
-    flow_of, link_of = flow_of[limits], link_of[limits]
     used = np.zeros(capacity.size, dtype=bool)
     used[link_of] = True
     used_links = np.flatnonzero(used)
@@ -123,10 +123,12 @@ def _progressive_filling(
             first = np.cumsum(count) - count  # each growing flow's first crossing
             own = cap_level[live]
             lowest = np.minimum(np.minimum.reduceat(share, first), own)  # each flow's least level
-            limit = lowest * (1 + 1e-12)
+            limit = lowest + np.abs(lowest) * 1e-12
             lowest_here = share <= np.repeat(limit, count)  # the crossing's link is its flow's lowest
             everyones = np.bincount(link_of[~lowest_here], minlength=m) == 0  # every flow's there
             freeze = np.logical_or.reduceat(everyones[link_of], first) | (own <= limit)
+            if not freeze.any():  # (the lowest level always freezes: only NaN or a negative capacity can stop it)
+                raise FloatingPointError(f"max-min filling: no flow freezes at levels {lowest[:5]}...")
             if freeze.all():  # the last round
                 rate[live] = np.minimum(lowest * w[live], caps[live])
                 break
@@ -165,20 +167,28 @@ def weights_of(fabric: Fabric, paths: list[Path]) -> np.ndarray | None:
 
 
 class Flows:
-    """The flows in flight on a fabric: their bytes left and rates (NumPy arrays, one entry a flow, in the order
-    they started), from the last time they were shared; flows that start join at the next ``reshare``."""
+    """The flows in flight on a fabric: each in a slot of its own (its row of NumPy arrays: bytes left, the message's
+    bytes, bytes/s since the last sharing, its path's cap, its weight in the sharing), kept until it ends; flows
+    that start join at the next ``reshare``. Each link knows its flows (``on_link``), so that a change finds the
+    few flows it reaches without reading every flow in flight."""
 
     def __init__(self, fabric: Fabric):
         self.capacity, self.fabric = fabric.capacity, fabric
-        self.rtt = bool(getattr(fabric, "rtt_sharing", False))  # weights_of: 1 / latency
-        # one column a flow, one row each: bytes left, the message's bytes, bytes/s since the last sharing, its
-        # path's cap and latency (self.left ... self.latency: views of the rows); (send, recv) as an object
-        self.state = np.zeros((5, 0))
+        # weights_of: 1 / latency under RTT sharing; equal from the first flow of latency 0 on (then all re-shared)
+        self.weighted = bool(getattr(fabric, "rtt_sharing", False))
+        self.state = np.zeros((5, 0))  # rows: bytes left, the message's bytes, rate, cap, weight (views: _rows)
         self._rows()
-        self.messages = np.empty(0, dtype=object)
-        # the crossings of the flows in flight: entry e is flow flow_of[e] on link link_of[e]
-        self.flow_of, self.link_of = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        self.alive = np.zeros(0, dtype=bool)
+        self.order = np.zeros(0, dtype=np.int64)  # when each flow started (flows that end together end in this order)
+        self.route = np.zeros((0, 1), dtype=np.int64)  # each slot's links, then -1s
+        self.messages: list = []  # (send, recv) of each slot
+        self.routes: list[tuple[int, ...]] = []  # each slot's links
+        self.free: list[int] = []  # the slots no flow holds
+        self.on_link: list[set[int]] = [set() for _ in range(self.capacity.size)]  # the slots crossing each link
         self.through = np.zeros(self.capacity.size)  # caps_through: the caps of each link's flows, kept up to date
+        self.count = 0  # flows in flight (in slots)
+        self.started = 0
+        self.reweighted = False  # the weights changed: share every flow anew
         self.starting: list[tuple] = []  # (send, recv, path) added since the last sharing, at ``now``
         self.now = 0.0
         self.dirty = False  # flows started or ended since the last sharing
@@ -187,15 +197,15 @@ class Flows:
         self._links: dict[tuple[int, ...], np.ndarray] = {}  # a route's links as an array, made once
 
     def _rows(self) -> None:
-        self.left, self.size, self.rate, self.cap, self.latency = self.state
+        self.left, self.size, self.rate, self.cap, self.weight = self.state
 
     @property
     def active(self) -> int:
         """Flows in flight (those that started since the last sharing included)."""
-        return self.left.size + len(self.starting)
+        return self.count + len(self.starting)
 
     def progress(self, now: float) -> None:
-        """Move every flow on at its rate up to ``now``."""
+        """Move every flow on at its rate up to ``now`` (a free slot's rate is 0)."""
         dt = now - self.now
         if dt > 0:
             self.left -= self.rate * dt
@@ -213,91 +223,223 @@ class Flows:
         self.dirty = True
 
     def reshare(self) -> list[tuple]:
-        """Remove the flows that have ended (their messages returned) and share the links anew among the flows a
-        change can reach: the flows that started, those on a link of a started or ended flow that can limit a
-        flow (``binding``: with them or without them), and those connected to these through such links, and so
-        on. The others keep their rates: max-min fairness shares each set of flows connected through binding
-        links on its own (on a torus, a change reaches a few percent of the flows in flight, often none)."""
+        """Remove the flows that have ended (their messages returned, in the order they started) and share the links
+        anew among the flows a change can reach (``_share``). The others keep their rates."""
         start, self.starting = self.starting, []
-        changed = [self._array(path.links) for _, _, path in start]  # links whose flows changed
-        first = self.left.size  # the started flows are first.. on
-        if start:
-            sizes = np.array([float(send.nbytes) for send, _, _ in start])
-            count = np.array([a.size for a in changed], dtype=np.int64)
-            new_flows, new_links = np.repeat(np.arange(count.size), count), np.concatenate(changed)
-            self.flow_of = np.concatenate([self.flow_of, new_flows + first])
-            self.link_of = np.concatenate([self.link_of, new_links])
-            caps = np.array([path.rate for _, _, path in start], dtype=float)
-            latency = np.array([path.latency for _, _, path in start], dtype=float)
-            self.state = np.concatenate([self.state, [sizes, sizes, np.zeros(len(start)), caps, latency]], axis=1)
-            self._rows()
-            self.messages = np.concatenate([self.messages, _objects([(send, recv) for send, recv, _ in start])])
-            self.through += caps_through(self.capacity, new_flows, new_links, caps)
-        ended = self.left <= TOLERANCE * self.size
-        done = list(self.messages[ended]) if ended.any() else []
-        if start or done:
-            self._share_changed(start, done, ended, changed, first)
+        changed: list[int] = []  # links whose flows changed
+        started = [self._start(send, recv, path, changed) for send, recv, path in start]
+        ended = np.flatnonzero(self.alive & (self.left <= TOLERANCE * self.size))
+        done = []
+        if start or ended.size:
+            either = (self.through > self.capacity).tobytes()  # binding with the started and the ended flows
+            if ended.size > 1:
+                ended = ended[np.argsort(self.order[ended])]
+            gone = (self.rate[ended] / self.weight[ended]).min(initial=np.inf)  # the least level that ended
+            done = [self._end(slot, changed) for slot in ended.tolist()]
+            if done and started:  # (a message of 0 bytes ends as it starts)
+                started = [slot for slot in started if self.alive[slot]]
+            if not self.count:  # none in flight: start again from exact zeros (no rounding left over)
+                self.through[:] = 0.0
+            seeds = list({link for link in changed if either[link]})
+            if self.count and (seeds or started):
+                self._share(seeds, started, float(gone))
         self.version += 1
         self.dirty = False
         moving = self.rate > 0
         self.next_end = self.now + (self.left[moving] / self.rate[moving]).min() if moving.any() else np.inf
         return done
 
-    def _share_changed(self, start: list, done: list, ended: np.ndarray, changed: list, first: int) -> None:
-        """reshare's sharing: remove the ended flows, then share the links among those the change reaches."""
-        # links that can limit a flow with the started and the ended flows all counted: a link of a changed flow
-        # that is binding neither before nor after the change limited none of its flows, nor will
-        through = self.through
-        either = through > self.capacity
-        started = np.arange(first, self.left.size)
-        if done:
-            gone = ended[self.flow_of]
-            changed.append(self.link_of[gone])
-            through -= caps_through(self.capacity, self.flow_of[gone], self.link_of[gone], self.cap)
-            renumber = np.cumsum(~ended) - 1
-            self.link_of, self.flow_of = self.link_of[~gone], renumber[self.flow_of[~gone]]
-            started = renumber[started[~ended[first:]]]
-            self.state, self.messages = self.state[:, ~ended], self.messages[~ended]
-            self._rows()
-            if not self.flow_of.size:  # none in flight: start again from exact zeros (no rounding left over)
-                through[:] = 0.0
-        seeds = np.concatenate(changed)
-        seeds = seeds[either[seeds]]
-        if self.left.size and (seeds.size or started.size):
-            flow_of, link_of = self.flow_of, self.link_of
-            binds = through > self.capacity  # binding() now that the ended flows are gone
-            touched = _connected(self.left.size, binds, flow_of, link_of, seeds, started)
-            if touched.all():  # (often, on a torus: _connected gave up) every flow as it is
-                latency, caps = self.latency, self.cap
-            elif touched.any():
-                entries = touched[flow_of]
-                flow_of, link_of = (np.cumsum(touched) - 1)[flow_of[entries]], link_of[entries]  # as 0..m-1
-                latency, caps = self.latency[touched], self.cap[touched]
-            else:
-                return
-            weights = 1.0 / latency if self.rtt and (latency > 0).all() else None  # weights_of
-            self.rate[touched] = _progressive_filling(self.capacity, flow_of, link_of, caps, weights, binds)
+    def _start(self, send, recv, path: Path, changed: list[int]) -> int:
+        """A flow takes a free slot; returns the slot."""
+        if not self.free:
+            self._grow()
+        slot = self.free.pop()
+        links = self._array(path.links)
+        if links.size > self.route.shape[1]:
+            self.route = np.pad(self.route, ((0, 0), (0, links.size - self.route.shape[1])), constant_values=-1)
+        self.route[slot, : links.size], self.route[slot, links.size :] = links, -1
+        if self.weighted and path.latency <= 0:  # weights_of: no RTT weights with a latency of 0
+            self.weighted, self.reweighted = False, True
+            self.weight[:] = 1.0
+        self.left[slot] = self.size[slot] = send.nbytes
+        self.rate[slot], self.cap[slot] = 0.0, path.rate
+        self.weight[slot] = 1.0 / path.latency if self.weighted else 1.0
+        self.alive[slot], self.order[slot] = True, self.started
+        self.messages[slot], self.routes[slot] = (send, recv), path.links
+        self.through[links] += path.rate  # (a route crosses a link once: _array)
+        for link in path.links:
+            self.on_link[link].add(slot)
+        changed.extend(path.links)
+        self.count += 1
+        self.started += 1
+        return slot
+
+    def _end(self, slot: int, changed: list[int]) -> tuple:
+        """The flow in ``slot`` has ended: its slot is freed; returns its message."""
+        links = self.routes[slot]
+        self.through[self._links[links]] -= self.cap[slot]
+        for link in links:
+            self.on_link[link].discard(slot)
+        changed.extend(links)
+        self.alive[slot] = False
+        self.rate[slot] = self.left[slot] = 0.0
+        self.weight[slot] = 1.0
+        message, self.messages[slot] = self.messages[slot], None
+        self.free.append(slot)
+        self.count -= 1
+        return message
+
+    def _grow(self) -> None:
+        """Twice the slots (the new ones free)."""
+        old = self.alive.size
+        new = max(64, 2 * old)
+        self.state = np.concatenate([self.state, np.zeros((5, new - old))], axis=1)
+        self._rows()
+        self.weight[old:] = 1.0
+        self.alive = np.concatenate([self.alive, np.zeros(new - old, dtype=bool)])
+        self.order = np.concatenate([self.order, np.zeros(new - old, dtype=np.int64)])
+        self.route = np.concatenate([self.route, np.full((new - old, self.route.shape[1]), -1, dtype=np.int64)])
+        self.messages += [None] * (new - old)
+        self.routes += [()] * (new - old)
+        self.free += range(new - 1, old - 1, -1)
+
+    def _share(self, seeds: list[int], started: list[int], gone: float) -> None:
+        """Share the links anew among the flows a change can reach: the flows that started (slots ``started``) and,
+        of those at or above the change's level, the flows on a link of a started or ended flow that can limit a
+        flow (``seeds``: ``binding`` with them or without them) and those connected to these through such links
+        and flows at or above that level, and so on. ``gone``: the least level (rate / weight) of the flows that
+        ended (inf if none).
+
+        Two facts make the set small (on a torus a few percent of the flows in flight, often none). Max-min
+        fairness shares each set of flows connected through binding links on its own. And the filling is the
+        same with or without a flow f up to f's level: below it f's links are not full (f would freeze there),
+        and every other link carries the same flows. So a flow that ends, or starts, leaves every flow that froze
+        below its level as it was; a started flow's level is at least its cap / weight and the least share of
+        its links (a link's share, its capacity over the weight of its flows, only grows as flows freeze). The
+        flows at or above that level then share what the others leave of each link, and their filling from there
+        is the same as from zero (they all grow past it)."""
+        binds = self.through > self.capacity  # binding() now that the ended flows are gone
+        flags = binds.tobytes()
+        level = (self.rate / self.weight).tolist()
+        least = min(gone, self._least_level(started, flags)) if KEEP_LOWER and not self.reweighted else -np.inf
+        floor = least * (1 - 1e-12)  # the flows below it keep their rates
+        if self.reweighted:  # the weights changed: every flow anew
+            first, self.reweighted = set(np.flatnonzero(self.alive).tolist()), False
+        else:
+            first = set(started).union(*[{f for f in self.on_link[link] if level[f] >= floor} for link in seeds])
+        near = _nearby(first, flags, self.on_link, self.routes, level, floor, self.rate.tolist(), self.capacity, NEARBY)
+        if near is None:  # many: every flow in flight at or above the floor, and which the change reaches, in NumPy
+            slots = np.flatnonzero(self.alive)
+            capacity = self.capacity
+            if least > -np.inf:  # what the flows below the floor leave of each link
+                keep = (self.rate[slots] / self.weight[slots] < floor) & ~np.isin(slots, started)
+                capacity = capacity - self._load(slots[keep], binds)
+                slots = slots[~keep]
+            self._fill(slots, binds, capacity, np.searchsorted(slots, sorted(first)))
+        elif len(near[0]) > BY_LEVELS:  # some: in NumPy, on what the others leave of their links
+            capacity = self.capacity.copy()
+            capacity[list(near[1])] = list(near[1].values())
+            self._fill(np.array(sorted(near[0]), dtype=np.int64), binds, capacity)
+        elif near[0]:  # a few: the textbook's filling, in Python
+            few = sorted(near[0])
+            weights = self.weight[few].tolist() if self.weighted else None
+            links = [[link for link in self.routes[slot] if flags[link]] for slot in few]
+            self.rate[few] = filling_by_levels(near[1], links, self.cap[few].tolist(), weights)
+
+    def _crossings(self, slots: np.ndarray, binds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(flow_of, link_of) of the flows in ``slots`` (flows numbered 0.. in that order) on binding links."""
+        route = self.route[slots]
+        crossing = np.append(binds, False)[route]  # (route's -1, no link, reads the last: False)
+        return np.nonzero(crossing)[0], route[crossing]
+
+    def _load(self, slots: np.ndarray, binds: np.ndarray) -> np.ndarray:
+        """(L,) the rates of the flows in ``slots`` on each binding link."""
+        flow_of, link_of = self._crossings(slots, binds)
+        return np.bincount(link_of, weights=self.rate[slots][flow_of], minlength=binds.size)
+
+    def _fill(
+        self, slots: np.ndarray, binds: np.ndarray, capacity: np.ndarray, first: np.ndarray | None = None
+    ) -> None:
+        """Share ``capacity`` among the flows in ``slots``, or if ``first`` (positions in slots) is given, among those
+        of them connected to these (_connected)."""
+        flow_of, link_of = self._crossings(slots, binds)
+        if first is not None:
+            reached = _connected(slots.size, binds.size, flow_of, link_of, first)
+            if not reached.all():
+                entries = reached[flow_of]
+                flow_of, link_of = (np.cumsum(reached) - 1)[flow_of[entries]], link_of[entries]  # as 0..m-1
+                slots = slots[reached]
+        weights = self.weight[slots] if self.weighted else None
+        self.rate[slots] = _progressive_filling(capacity, flow_of, link_of, self.cap[slots], weights)
+
+    def _least_level(self, started: list[int], flags: bytes) -> float:
+        """The least level (rate / weight) the started flows can have: each's cap / weight and the share of each of
+        its binding links (``flags``), its capacity over the weight of its flows."""
+        least = np.inf
+        for slot in started:
+            least = min(least, self.cap[slot] / self.weight[slot])
+            for link in self.routes[slot]:
+                if flags[link]:
+                    least = min(least, self.capacity[link] / sum(self.weight[f] for f in self.on_link[link]))
+        return float(least)
 
     def _array(self, links: tuple[int, ...]) -> np.ndarray:
         """A route's links as an array, made once."""
         if links not in self._links:
+            if len(set(links)) < len(links):  # through's updates add a flow's cap once a link
+                raise ValueError(f"flows: a route crosses a link twice: {links}")
             self._links[links] = np.array(links, dtype=np.int64)
         return self._links[links]
 
 
-def _connected(
-    n: int, binds: np.ndarray, flow_of: np.ndarray, link_of: np.ndarray, seeds: np.ndarray, flows: np.ndarray
-) -> np.ndarray:
-    """Which of n flows are ``flows``, cross one of the links ``seeds``, or are connected to these through flows
-    and the links they cross that can limit a flow (``binds``, a mask of the links: ``binding``): an (n,) mask.
-    Entry e of flow_of / link_of: flow flow_of[e] crosses link link_of[e]."""
+def _nearby(
+    first: set[int],
+    flags: bytes,
+    on_link: list[set[int]],
+    routes: list,
+    level: list[float],
+    floor: float,
+    rate: list[float],
+    capacity: np.ndarray,
+    most: int,
+) -> tuple[set[int], dict[int, float]] | None:
+    """The slots ``first`` and those at or above ``floor`` (``level``: rate / weight of each slot) connected to them
+    through binding links (``flags``: one byte a link, nonzero where it can limit a flow), found link by link from
+    each link's flows (``on_link``); and of each of their binding links, the capacity that the flows below the
+    floor leave (``rate``). None once more than ``most`` are found: then _connected looks at every flow at once,
+    in NumPy."""
+    if len(first) > most:
+        return None
+    reached, left, frontier = set(first), {}, list(first)
+    while frontier:
+        for link in routes[frontier.pop()]:
+            if flags[link] and link not in left:
+                free = float(capacity[link])
+                for f in on_link[link]:
+                    if f in reached:
+                        continue
+                    if level[f] >= floor:
+                        reached.add(f)
+                        frontier.append(f)
+                    else:
+                        free -= rate[f]
+                left[link] = free
+                if len(reached) > most:
+                    return None
+    return reached, left
+
+
+KEEP_LOWER = True  # _share: a change re-shares only the flows at or above its level
+NEARBY = 48  # _nearby follows the links of at most this many flows before the change is shared in NumPy
+BY_LEVELS = 12  # up to this many flows are shared by filling_by_levels (in Python: faster than NumPy for a few)
+
+
+def _connected(n: int, links: int, flow_of: np.ndarray, link_of: np.ndarray, flows: np.ndarray) -> np.ndarray:
+    """Which of n flows are ``flows`` or connected to them through the crossings: entry e of flow_of / link_of is
+    flow flow_of[e] on link link_of[e], of ``links`` (those that can limit a flow, ``binding``): an (n,) mask."""
     touched = np.zeros(n, dtype=bool)
     touched[flows] = True
-    marked = np.zeros(binds.size, dtype=bool)
-    marked[seeds] = True
-    touched[flow_of[marked[link_of]]] = True
-    on_binding = binds[link_of]  # from here on only through binding links: the crossings of those alone
-    flow_of, link_of = flow_of[on_binding], link_of[on_binding]
+    marked = np.zeros(links, dtype=bool)
     reached = np.count_nonzero(touched)
     for _ in range(SWEEPS):  # a few sweeps over every crossing: enough for most changes (a few flows)
         marked[link_of[touched[flow_of]]] = True
@@ -312,11 +454,3 @@ def _connected(
 
 
 SWEEPS = 3  # sweeps over the crossings before _connected gives up finding the set and takes every flow
-
-
-def _objects(items: list) -> np.ndarray:
-    """``items`` as a 1-D object array (NumPy would make a list of tuples or equal arrays a 2-D one)."""
-    out = np.empty(len(items), dtype=object)
-    for i, item in enumerate(items):
-        out[i] = item
-    return out

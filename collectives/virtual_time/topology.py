@@ -272,22 +272,29 @@ class Torus(Topology):
         self._route = functools.lru_cache(maxsize=1 << 16)(self._dimension_order)
 
     def coords(self, node: int) -> list[int]:
-        return [int(i) for i in np.unravel_index(node, self.dims)]
+        """The node's coordinates, the last dimension varying fastest (NumPy's C order)."""
+        out = []
+        for size in reversed(self.dims):
+            node, i = divmod(node, size)
+            out.append(i)
+        return out[::-1]
 
     def _link(self, node: int, dim: int, up: bool) -> int:
         return 2 * self.nodes + (node * len(self.dims) + dim) * 2 + int(up)
 
     def _dimension_order(self, a: int, b: int) -> tuple[int, ...]:
         here, there = self.coords(a), self.coords(b)
-        links = [a]
+        links, node, stride = [a], a, 1  # node: here's number; stride: a step of one in dim changes it by this
         for dim in reversed(range(len(self.dims))):  # the fastest-varying coordinate first, as SimGrid's TORUS
             size = self.dims[dim]
             forward = (there[dim] - here[dim]) % size
             up = _forward(here[dim], there[dim], size)
             for _ in range(forward if up else (size - forward) % size):
-                node = int(np.ravel_multi_index(here, self.dims))
                 links.append(self._link(node, dim, up))
-                here[dim] = (here[dim] + (1 if up else -1)) % size
+                step = (here[dim] + (1 if up else -1)) % size - here[dim]
+                here[dim] += step
+                node += step * stride
+            stride *= size
         links.append(self.nodes + b)
         return tuple(links)
 
