@@ -234,7 +234,7 @@ class Flows:
             either = (self.through > self.capacity).tobytes()  # binding with the started and the ended flows
             if ended.size > 1:
                 ended = ended[np.argsort(self.order[ended])]
-            gone = (self.rate[ended] / self.weight[ended]).min(initial=np.inf)  # the least level that ended
+            gone = (self.rate[ended] / self.weight[ended]).min() if ended.size else np.inf  # the least level ended
             done = [self._end(slot, changed) for slot in ended.tolist()]
             if done and started:  # (a message of 0 bytes ends as it starts)
                 started = [slot for slot in started if self.alive[slot]]
@@ -375,9 +375,16 @@ class Flows:
     def _least_level(self, started: list[int], flags: bytes) -> float:
         """The least level (rate / weight) the started flows can have: each's cap / weight and the share of each of
         its binding links (``flags``), its capacity over the weight of its flows."""
-        least = np.inf
+        if not started:
+            return np.inf
+        least = float((self.cap[started] / self.weight[started]).min())
+        if len(started) > 4:  # many (flows that start together): every link's weight at once
+            binds = np.frombuffer(flags, dtype=bool)
+            flow_of, link_of = self._crossings(np.flatnonzero(self.alive), binds)
+            weight = np.bincount(link_of, weights=self.weight[self.alive][flow_of], minlength=binds.size)
+            links = self._crossings(np.array(started), binds)[1]
+            return min(least, float((self.capacity[links] / weight[links]).min(initial=np.inf)))
         for slot in started:
-            least = min(least, self.cap[slot] / self.weight[slot])
             for link in self.routes[slot]:
                 if flags[link]:
                     least = min(least, self.capacity[link] / sum(self.weight[f] for f in self.on_link[link]))
