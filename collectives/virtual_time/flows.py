@@ -333,7 +333,7 @@ class Flows:
             capacity = self.capacity
             if least > -np.inf:  # what the flows below the floor leave of each link
                 keep = (self.rate[slots] / self.weight[slots] < floor) & ~np.isin(slots, started)
-                capacity = capacity - self._load(slots[keep], binds)
+                capacity = capacity - self._per_link(slots[keep], binds, self.rate)
                 slots = slots[~keep]
             self._fill(slots, binds, capacity, np.searchsorted(slots, sorted(first)))
         elif len(near[0]) > BY_LEVELS:  # some: in NumPy, on what the others leave of their links
@@ -352,10 +352,10 @@ class Flows:
         crossing = np.append(binds, False)[route]  # (route's -1, no link, reads the last: False)
         return np.nonzero(crossing)[0], route[crossing]
 
-    def _load(self, slots: np.ndarray, binds: np.ndarray) -> np.ndarray:
-        """(L,) the rates of the flows in ``slots`` on each binding link."""
+    def _per_link(self, slots: np.ndarray, binds: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """(L,) the sum over the flows in ``slots`` of ``values`` (one a slot: rates, weights) on each binding link."""
         flow_of, link_of = self._crossings(slots, binds)
-        return np.bincount(link_of, weights=self.rate[slots][flow_of], minlength=binds.size)
+        return np.bincount(link_of, weights=values[slots][flow_of], minlength=binds.size)
 
     def _fill(
         self, slots: np.ndarray, binds: np.ndarray, capacity: np.ndarray, first: np.ndarray | None = None
@@ -380,8 +380,7 @@ class Flows:
         least = float((self.cap[started] / self.weight[started]).min())
         if len(started) > 4:  # many (flows that start together): every link's weight at once
             binds = np.frombuffer(flags, dtype=bool)
-            flow_of, link_of = self._crossings(np.flatnonzero(self.alive), binds)
-            weight = np.bincount(link_of, weights=self.weight[self.alive][flow_of], minlength=binds.size)
+            weight = self._per_link(np.flatnonzero(self.alive), binds, self.weight)
             links = self._crossings(np.array(started), binds)[1]
             return min(least, float((self.capacity[links] / weight[links]).min(initial=np.inf)))
         for slot in started:
